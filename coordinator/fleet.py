@@ -1,0 +1,163 @@
+"""The fleet supervisor behind ``redfleet up``: worker processes plus the reaper.
+
+One OS process per worker (``redfleet worker --role R``), each serving one
+role queue. A worker that dies is replaced (with a growing pause if it keeps
+dying at once). The reaper runs in the supervisor's loop. SIGINT or SIGTERM
+drains: each worker gets SIGTERM (finish the current task, then exit), and
+whatever is still running after ``drain_timeout_s`` is killed — its task is
+reclaimed by any fleet's reaper after the lease. ``burst`` stops the fleet
+once no job is active (nothing queued, claimed or waiting).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from shared_state import Role, State
+
+from .reaper import Reaper
+
+log = structlog.get_logger("redfleet.fleet")
+
+_MAX_BACKOFF_S = 5.0
+_QUICK_DEATH_S = 2.0
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    planners: int = 1
+    coders: int = 2
+    reviewers: int = 1
+    lease_ms: int = 10_000
+    burst: bool = False
+    reaper: bool = True
+
+    def roles(self) -> list[Role]:
+        return (
+            [Role.PLANNER] * self.planners
+            + [Role.CODER] * self.coders
+            + [Role.REVIEWER] * self.reviewers
+        )
+
+
+@dataclass
+class _Slot:
+    role: Role
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    quick_deaths: int = 0
+    restart_at: float = 0.0
+    restarts: int = 0
+
+
+@dataclass
+class FleetReport:
+    restarts: int = 0
+    reaped: int = 0
+    dead: int = 0
+    redelivered: int = 0
+    slots: list[str] = field(default_factory=list)
+
+
+class Fleet:
+    def __init__(
+        self,
+        state: State,
+        redis_url: str,
+        spec: FleetSpec,
+        *,
+        reap_interval_ms: int = 500,
+        redeliver_after_ms: int = 5_000,
+        drain_timeout_s: float = 30.0,
+    ) -> None:
+        self.state = state
+        self.redis_url = redis_url
+        self.spec = spec
+        self.reap_interval_s = reap_interval_ms / 1000
+        self.drain_timeout_s = drain_timeout_s
+        self.reaper = Reaper(state, redeliver_after_ms=redeliver_after_ms)
+        self.slots = [_Slot(role) for role in spec.roles()]
+        self.stopping = threading.Event()
+        self.report = FleetReport()
+
+    def _spawn(self, slot: _Slot) -> None:
+        env = {**os.environ, "REDIS_URL": self.redis_url}
+        command = [
+            sys.executable, "-m", "coordinator", "worker",
+            "--role", slot.role.value, "--lease-ms", str(self.spec.lease_ms),
+        ]  # fmt: skip
+        slot.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        slot.started = time.monotonic()
+        log.info("fleet.worker_started", role=slot.role.value, pid=slot.process.pid)
+
+    def _supervise(self, slot: _Slot) -> None:
+        now = time.monotonic()
+        if slot.process is None:
+            if now >= slot.restart_at:
+                self._spawn(slot)
+            return
+        code = slot.process.poll()
+        if code is None:
+            return
+        lived = now - slot.started
+        slot.quick_deaths = slot.quick_deaths + 1 if lived < _QUICK_DEATH_S else 0
+        pause = min(_MAX_BACKOFF_S, 0.25 * 2**slot.quick_deaths) if slot.quick_deaths else 0
+        log.warning(
+            "fleet.worker_died", role=slot.role.value, pid=slot.process.pid, code=code,
+            lived_s=round(lived, 2), restart_in_s=pause,
+        )  # fmt: skip
+        slot.process = None
+        slot.restart_at = now + pause
+        slot.restarts += 1
+        self.report.restarts += 1
+
+    def request_stop(self, *_: object) -> None:
+        self.stopping.set()
+
+    def run(self) -> FleetReport:
+        """Supervise until stopped (signal, ``request_stop``, or burst done)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self.request_stop)
+            signal.signal(signal.SIGTERM, self.request_stop)
+        next_reap = 0.0
+        try:
+            while not self.stopping.is_set():
+                for slot in self.slots:
+                    self._supervise(slot)
+                if self.spec.reaper and time.monotonic() >= next_reap:
+                    self._reap()
+                    next_reap = time.monotonic() + self.reap_interval_s
+                if self.spec.burst and not self.state.jobs.active():
+                    break
+                self.stopping.wait(0.1)
+        finally:
+            self._drain()
+        return self.report
+
+    def _reap(self) -> None:
+        rep = self.reaper.tick()
+        self.report.reaped += len(rep.requeued) + len(rep.dead)
+        self.report.dead += len(rep.dead)
+        self.report.redelivered += len(rep.redelivered)
+
+    def _drain(self) -> None:
+        running = [s.process for s in self.slots if s.process and s.process.poll() is None]
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.drain_timeout_s
+        for proc in running:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("fleet.worker_killed", pid=proc.pid, why="drain timeout")
+                proc.kill()
+                proc.wait()
+        log.info("fleet.stopped", workers=len(self.slots), restarts=self.report.restarts)

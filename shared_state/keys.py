@@ -1,0 +1,68 @@
+"""Every Redis key redfleet uses, in one place.
+
+All keys of one job share the hash tag ``{<job_id>}`` so that every Lua script
+touches a single slot (Redis Cluster-safe). Cross-job indexes (the job
+registry, the global event stream, worker heartbeats) are separate keys and
+are never touched by the same script as a job's keys.
+
+    rf:{<job>}:job               hash   the job record
+    rf:{<job>}:tasks             set    ids of the job's tasks
+    rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease
+    rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
+    rf:{<job>}:queued            zset   queued task id -> queued since (ms)
+    rf:{<job>}:events            stream the job's events (capped)
+
+    rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
+    rf:jobs:active               set    jobs not yet finished (what the reaper scans)
+    rf:events                    stream every job's events (capped)
+    rf:workers                   zset   worker id -> last heartbeat (ms)
+    rf:worker:<worker_id>        hash   one worker's heartbeat (expires)
+
+RQ keeps its own ``rq:`` keys for the delivery queues (see ``delivery``).
+"""
+
+from __future__ import annotations
+
+PREFIX = "rf"
+
+JOBS = f"{PREFIX}:jobs"
+ACTIVE_JOBS = f"{PREFIX}:jobs:active"
+EVENTS = f"{PREFIX}:events"
+WORKERS = f"{PREFIX}:workers"
+
+
+def _tag(job_id: str) -> str:
+    return f"{PREFIX}:{{{job_id}}}"
+
+
+def job(job_id: str) -> str:
+    return f"{_tag(job_id)}:job"
+
+
+def tasks(job_id: str) -> str:
+    return f"{_tag(job_id)}:tasks"
+
+
+def task(job_id: str, task_id: str) -> str:
+    return f"{_tag(job_id)}:task:{task_id}"
+
+
+def leases(job_id: str) -> str:
+    return f"{_tag(job_id)}:leases"
+
+
+def queued(job_id: str) -> str:
+    return f"{_tag(job_id)}:queued"
+
+
+def job_events(job_id: str) -> str:
+    return f"{_tag(job_id)}:events"
+
+
+def worker(worker_id: str) -> str:
+    return f"{PREFIX}:worker:{worker_id}"
+
+
+def job_keys(job_id: str) -> list[str]:
+    """The keys of a job other than its task hashes (for retention)."""
+    return [job(job_id), tasks(job_id), leases(job_id), queued(job_id), job_events(job_id)]

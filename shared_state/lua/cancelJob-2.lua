@@ -1,0 +1,28 @@
+--[[
+  cancelJob: stop a job that has not finished.
+
+  Owners learn it at their next renew or write (code -4) and stop; queued
+  tasks are marked cancelled when a worker next picks them up.
+
+  KEYS[1] job hash         rf:{job}:job
+  KEYS[2] job event stream rf:{job}:events
+
+  ARGV[1] reason
+
+  Returns {code, data, events}
+     1  cancelled
+    -1  no such job
+    -4  already finished; data = job_status
+
+  Events: job.cancelled.
+]]
+--- @include "common"
+
+local jobKey, stream = KEYS[1], KEYS[2]
+local status = redis.call('HGET', jobKey, 'status')
+if not status then return reply(-1) end
+if isTerminalJob(status) then return reply(-4, {'job_status', status}) end
+redis.call('HSET', jobKey, 'status', 'cancelled', 'reason', ARGV[1], 'finished_ms', nowMs())
+emit(stream, jobMaxlen(jobKey), {'event', 'job.cancelled', 'job_id',
+  redis.call('HGET', jobKey, 'job_id'), 'reason', ARGV[1]})
+return reply(1)

@@ -1,0 +1,73 @@
+--[[
+  claimTask: take ownership of a task (compare-and-set) and start its lease.
+
+  Succeeds only when the task is `queued`, or `claimed` with a lease that has
+  expired by Redis time (the old attempt is then ended first, as the reaper
+  would: attempt + 1, or dead at max attempts). Each success increments the
+  task's fencing token; every later write by the owner must carry it.
+
+  KEYS[1] task hash        rf:{job}:task:<task_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases   (zset task_id -> lease deadline ms)
+  KEYS[5] queued index     rf:{job}:queued   (zset task_id -> queued since ms)
+
+  ARGV[1] worker id
+  ARGV[2] lease length in ms
+
+  Returns {code, data, events}
+     1  claimed; data = the task's fields after the claim (token, lease_until, ...)
+    -1  no such task
+    -2  not claimable; data = status, owner, lease_until
+    -4  the job has finished; the task is marked cancelled
+
+  Events: task.claimed; on takeover also task.requeued or task.dead/job.failed.
+]]
+--- @include "common"
+--- @include "failAttempt"
+
+local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local worker, leaseMs = ARGV[1], tonumber(ARGV[2])
+
+local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id')
+local status = t[1]
+if not status then return reply(-1) end
+local now = nowMs()
+
+local jobStatus = redis.call('HGET', jobKey, 'status')
+if isTerminalJob(jobStatus) then
+  if status == 'queued' or status == 'claimed' or status == 'waiting' then
+    redis.call('HSET', taskKey, 'status', 'cancelled', 'owner', '', 'lease_until', 0,
+      'finished_ms', now)
+    redis.call('ZREM', leasesKey, t[4])
+    redis.call('ZREM', queuedKey, t[4])
+  end
+  return reply(-4, {'job_status', jobStatus})
+end
+
+if status == 'claimed' and tonumber(t[2]) <= now then
+  local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey,
+    'lease expired (owner ' .. t[3] .. ')', now)
+  if outcome ~= 'requeued' then
+    return reply(-2, {'status', outcome, 'owner', '', 'lease_until', 0})
+  end
+  status = 'queued'
+end
+
+if status ~= 'queued' then
+  return reply(-2, {'status', status, 'owner', t[3], 'lease_until', t[2]})
+end
+
+local leaseUntil = now + leaseMs
+local token = redis.call('HINCRBY', taskKey, 'token', 1)
+redis.call('HSET', taskKey, 'status', 'claimed', 'owner', worker, 'lease_until', leaseUntil,
+  'claimed_ms', now)
+redis.call('ZADD', leasesKey, leaseUntil, t[4])
+redis.call('ZREM', queuedKey, t[4])
+if jobStatus == 'queued' then
+  redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
+end
+local fields = redis.call('HGETALL', taskKey)
+emit(stream, jobMaxlen(jobKey), {'event', 'task.claimed', 'task_id', t[4], 'worker', worker,
+  'token', token, 'lease_until', leaseUntil, 'attempt', redis.call('HGET', taskKey, 'attempt')})
+return reply(1, fields)

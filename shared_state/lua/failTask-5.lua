@@ -1,0 +1,40 @@
+--[[
+  failTask: end the caller's attempt at a task with an error.
+
+  Fenced by token. A retryable failure re-queues the task with attempt + 1
+  until max_attempts; after that, or when not retryable, the task is dead and
+  its job fails with the reason.
+
+  KEYS[1] task hash        rf:{job}:task:<task_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases
+  KEYS[5] queued index     rf:{job}:queued
+
+  ARGV[1] fencing token
+  ARGV[2] worker id
+  ARGV[3] reason
+  ARGV[4] retryable: 1 or 0
+
+  Returns {code, data, events}
+     1  data = outcome ('requeued' | 'dead')
+    -1  no such task
+    -3  fenced (event task.fenced)
+
+  Events: task.failed, then task.requeued or task.dead (+ job.failed).
+]]
+--- @include "common"
+--- @include "fence"
+--- @include "failAttempt"
+
+local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, worker, reason, retryable = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+
+local refused = fence(taskKey, jobKey, stream, token, worker, 'fail')
+if refused then return refused end
+local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'attempt')
+emit(stream, jobMaxlen(jobKey), {'event', 'task.failed', 'task_id', t[1], 'role', t[2],
+  'worker', worker, 'token', token, 'attempt', t[3], 'reason', reason})
+local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey, reason, nowMs(),
+  not retryable)
+return reply(1, {'outcome', outcome})

@@ -1,0 +1,36 @@
+--[[
+  reapTask: end an attempt whose lease has expired (its worker is lost).
+
+  Checked again here, atomically, against Redis time: a lease renewed since
+  the reaper looked is left alone. The task is re-queued with attempt + 1,
+  or dead at max attempts (and its job failed).
+
+  KEYS[1] task hash        rf:{job}:task:<task_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases
+  KEYS[5] queued index     rf:{job}:queued
+
+  ARGV    none
+
+  Returns {code, data, events}
+     1  data = outcome ('requeued' | 'dead'), role
+    -1  no such task
+    -2  nothing to reap (not claimed, or lease still live)
+
+  Events: task.requeued, or task.dead + job.failed.
+]]
+--- @include "common"
+--- @include "failAttempt"
+
+local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id', 'role')
+if not t[1] then return reply(-1) end
+local now = nowMs()
+if t[1] ~= 'claimed' or tonumber(t[2]) > now then
+  if t[1] ~= 'claimed' then redis.call('ZREM', leasesKey, t[4]) end
+  return reply(-2, {'status', t[1], 'lease_until', t[2]})
+end
+local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey,
+  'lease expired (owner ' .. t[3] .. ')', now, false)
+return reply(1, {'outcome', outcome, 'role', t[5]})

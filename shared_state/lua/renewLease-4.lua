@@ -1,0 +1,42 @@
+--[[
+  renewLease: extend the lease of a task the caller owns.
+
+  Fenced: only the holder of the current token, while the task is `claimed`.
+  A lease that expired but was not yet taken over can still be renewed — the
+  token proves nobody else owns the task.
+
+  KEYS[1] task hash        rf:{job}:task:<task_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases
+
+  ARGV[1] fencing token
+  ARGV[2] lease length in ms
+  ARGV[3] worker id
+
+  Returns {code, data, events}
+     1  renewed; data = lease_until
+    -1  no such task
+    -3  fenced: stale token or task no longer claimed (event task.fenced)
+    -4  the job has finished (cancelled, failed): stop working
+
+  Events: task.renewed, or task.fenced.
+]]
+--- @include "common"
+--- @include "fence"
+
+local taskKey, jobKey, stream, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+
+local refused = fence(taskKey, jobKey, stream, token, worker, 'renew')
+if refused then return refused end
+local jobStatus = redis.call('HGET', jobKey, 'status')
+if isTerminalJob(jobStatus) then return reply(-4, {'job_status', jobStatus}) end
+
+local taskId = redis.call('HGET', taskKey, 'task_id')
+local leaseUntil = nowMs() + leaseMs
+redis.call('HSET', taskKey, 'lease_until', leaseUntil)
+redis.call('ZADD', leasesKey, leaseUntil, taskId)
+emit(stream, jobMaxlen(jobKey), {'event', 'task.renewed', 'task_id', taskId, 'worker', worker,
+  'token', token, 'lease_until', leaseUntil})
+return reply(1, {'lease_until', leaseUntil})

@@ -1,0 +1,61 @@
+--[[
+  spawnChildren: create child tasks and park the parent until they finish.
+
+  Fenced by the parent's token. Children are created `queued`; the parent
+  becomes `waiting` with a pending counter, releases its lease (freeing its
+  worker) and records the stage it resumes at. completeTask fans in.
+
+  KEYS[1] parent task hash rf:{job}:task:<parent_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases
+  KEYS[5] queued index     rf:{job}:queued
+  KEYS[6] task set         rf:{job}:tasks
+  KEYS[7..6+n] child task hashes, in the order of the child triples
+
+  ARGV[1] fencing token
+  ARGV[2] worker id
+  ARGV[3] stage the parent resumes at
+  ARGV[4..] one triple per child: task_id, role, brief
+
+  Returns {code, data, events}
+     1  spawned; data = children (count)
+    -1  no such task
+    -3  fenced (event task.fenced)
+    -4  the job has finished
+
+  Events: task.queued per child, then task.waiting.
+]]
+--- @include "common"
+--- @include "fence"
+
+local parentKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
+
+local refused = fence(parentKey, jobKey, stream, token, worker, 'spawn')
+if refused then return refused end
+local jobStatus = redis.call('HGET', jobKey, 'status')
+if isTerminalJob(jobStatus) then return reply(-4, {'job_status', jobStatus}) end
+
+local now = nowMs()
+local maxlen = jobMaxlen(jobKey)
+local p = redis.call('HMGET', parentKey, 'task_id', 'job_id')
+local n = (#ARGV - 3) / 3
+for i = 1, n do
+  local childId, role, brief = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  redis.call('HSET', KEYS[6 + i], 'task_id', childId, 'job_id', p[2], 'role', role,
+    'parent_id', p[1], 'brief', brief, 'status', 'queued', 'attempt', 1, 'token', 0,
+    'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '', 'created_ms', now,
+    'queued_ms', now)
+  redis.call('SADD', tasksKey, childId)
+  redis.call('ZADD', queuedKey, now, childId)
+  emit(stream, maxlen, {'event', 'task.queued', 'task_id', childId, 'role', role,
+    'parent_id', p[1]})
+end
+redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0,
+  'pending', n, 'stage', stage)
+redis.call('ZREM', leasesKey, p[1])
+emit(stream, maxlen, {'event', 'task.waiting', 'task_id', p[1], 'worker', worker,
+  'token', token, 'children', n, 'stage', stage})
+return reply(1, {'children', n})

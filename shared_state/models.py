@@ -1,0 +1,147 @@
+"""Typed records of what lives in Redis (pydantic v2, JSON on the wire)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Role(StrEnum):
+    PLANNER = "planner"
+    CODER = "coder"
+    REVIEWER = "reviewer"
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Scenario(StrEnum):
+    """Scripted task behaviours (no model is called).
+
+    noop: every task finishes at once. slow: every task takes ~3 s in 0.5 s
+    steps, renewing its lease. crash: fault injection for fleet tests — the
+    first coder task kills its own worker process on every attempt.
+    """
+
+    NOOP = "noop"
+    SLOW = "slow"
+    CRASH = "crash"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class JobSpec(_Record):
+    """What a user submits."""
+
+    goal: str = Field(min_length=1, max_length=2000)
+    scenario: Scenario = Scenario.NOOP
+    fanout: int = Field(default=3, ge=1, le=100)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_not_blank(cls, goal: str) -> str:
+        if not goal.strip():
+            raise ValueError("goal must not be blank")
+        return goal.strip()
+
+
+class Job(_Record):
+    job_id: str
+    goal: str
+    scenario: Scenario
+    fanout: int
+    max_attempts: int
+    status: JobStatus
+    reason: str = ""
+    root_task: str
+    created_ms: int
+    finished_ms: int = 0
+
+
+class Task(_Record):
+    task_id: str
+    job_id: str
+    role: Role
+    parent_id: str = ""
+    brief: str = ""
+    status: TaskStatus
+    attempt: int = 1
+    token: int = 0
+    owner: str = ""
+    lease_until: int = 0
+    pending: int = 0
+    stage: str = ""
+    error: str = ""
+    result: str = ""
+    created_ms: int = 0
+
+
+class Claim(_Record):
+    """Ownership of a task: who, with which fencing token, until when."""
+
+    task_id: str
+    job_id: str
+    role: Role
+    owner: str
+    token: int
+    lease_until: int
+
+
+class Event(_Record):
+    """One entry of an event stream."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    id: str
+    event: str
+    ts: datetime
+    job_id: str | None = None
+    task_id: str | None = None
+    worker: str | None = None
+    token: int | None = None
+
+    @classmethod
+    def from_entry(cls, entry_id: str, fields: dict[str, str], job_id: str = "") -> Event:
+        data: dict[str, Any] = {k: v for k, v in fields.items() if v != ""}
+        ms = int(data.pop("ts_ms", entry_id.split("-", 1)[0]))
+        if job_id:
+            data.setdefault("job_id", job_id)
+        return cls(id=entry_id, ts=datetime.fromtimestamp(ms / 1000, tz=UTC), **data)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class WorkerInfo(_Record):
+    worker_id: str
+    pid: int
+    host: str
+    role: Role
+    state: str
+    task_id: str = ""
+    job_id: str = ""
+    heartbeat_age_ms: int

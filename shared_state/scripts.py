@@ -1,0 +1,145 @@
+"""Loading and calling the Lua scripts in ``lua/``.
+
+Each ``verbNoun-N.lua`` file is one operation (N = its fixed KEYS). Shared
+helpers live in ``lua/includes/`` and are inlined where a script says
+``--- @include "name"``. Scripts are loaded once per server with SCRIPT LOAD
+and called with EVALSHA; after a server restart or SCRIPT FLUSH the first
+call reloads them.
+
+Every script returns ``{code, data, events}``: a code from ``errors.Code``, a
+flat field/value list, and the events it appended to the job stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from .errors import Code, ConnectionFailed
+from .events import EventLog
+
+_INCLUDE = re.compile(r'^--- @include "([\w-]+)"$', re.MULTILINE)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _pairs(flat: list[Any]) -> dict[str, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    """A script's reply: its code, its data fields, the events it emitted."""
+
+    code: int
+    data: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.OK
+
+    @classmethod
+    def parse(cls, raw: list[Any]) -> ScriptResult:
+        code, data, events = _decode(raw)
+        parsed = []
+        for entry in events:
+            fields = _pairs(entry[1:])
+            fields["id"] = entry[0]
+            parsed.append(fields)
+        return cls(code=int(code), data=_pairs(data), events=parsed)
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    name: str
+    source: str
+    sha: str
+
+
+def _read(name: str, folder: str = "") -> str:
+    path = resources.files("shared_state").joinpath("lua", folder, f"{name}.lua")
+    return path.read_text(encoding="utf-8")
+
+
+def _expand(source: str) -> str:
+    return _INCLUDE.sub(lambda m: _read(m.group(1), "includes"), source)
+
+
+def _load_all() -> dict[str, LuaScript]:
+    scripts = {}
+    for entry in resources.files("shared_state").joinpath("lua").iterdir():
+        if not entry.name.endswith(".lua"):
+            continue
+        source = _expand(entry.read_text(encoding="utf-8"))
+        name = entry.name.removesuffix(".lua").rsplit("-", 1)[0]
+        scripts[name] = LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return scripts
+
+
+SCRIPTS: dict[str, LuaScript] = _load_all()
+
+
+def evalsha(
+    client: redis.Redis | redis.client.Pipeline, name: str, keys: list[str], args: list[Any]
+) -> Any:
+    """Queue or run EVALSHA for script ``name`` (no reload handling)."""
+    script = SCRIPTS[name]
+    return client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+def load(client: redis.Redis, name: str) -> None:
+    client.script_load(SCRIPTS[name].source)
+
+
+class Runner:
+    """Calls scripts for one client, mirroring the events they emit.
+
+    Mirror entries queued by earlier calls ride in the same pipeline as the
+    next EVALSHA, so a worker's write stays one round trip.
+    """
+
+    def __init__(self, client: redis.Redis, events: EventLog) -> None:
+        self.client = client
+        self.events = events
+
+    def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
+        pending = self.events.take_pending()
+        try:
+            raw = self._call(name, keys, args, pending)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.events.defer_mirrored(pending)
+            raise ConnectionFailed(f"Redis unreachable: {exc}") from exc
+        result = ScriptResult.parse(raw)
+        self.events.defer(job_id, result.events)
+        return result
+
+    def _call(self, name: str, keys: list[str], args: list[Any], pending: list) -> Any:
+        if pending:
+            pipe = self.client.pipeline(transaction=False)
+            self.events.queue_mirror(pipe, pending)
+            evalsha(pipe, name, keys, args)
+            raw = pipe.execute(raise_on_error=False)[-1]
+            if not isinstance(raw, redis.exceptions.NoScriptError):
+                if isinstance(raw, Exception):
+                    raise raw
+                return raw
+        else:
+            try:
+                return evalsha(self.client, name, keys, args)
+            except redis.exceptions.NoScriptError:
+                pass
+        # The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
+        load(self.client, name)
+        return evalsha(self.client, name, keys, args)

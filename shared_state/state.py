@@ -1,0 +1,54 @@
+"""``State``: everything redfleet keeps in Redis, behind one connection."""
+
+from __future__ import annotations
+
+import redis
+
+from .delivery import Delivery
+from .errors import ConnectionFailed
+from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
+from .heartbeats import WorkerRegistry
+from .jobs import DEFAULT_RETENTION_S, JobStore
+from .scripts import Runner
+from .tasks import TaskStore
+
+
+class State:
+    """Jobs, tasks, events, delivery and worker heartbeats over one Redis client."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        retention_s: int = DEFAULT_RETENTION_S,
+        job_maxlen: int = DEFAULT_JOB_MAXLEN,
+        global_maxlen: int = DEFAULT_GLOBAL_MAXLEN,
+    ) -> None:
+        self.client = client
+        self.events = EventLog(client, global_maxlen=global_maxlen)
+        self.runner = Runner(client, self.events)
+        self.delivery = Delivery(client)
+        self.tasks = TaskStore(self.runner, self.delivery)
+        self.jobs = JobStore(
+            self.runner, self.delivery, retention_s=retention_s, job_maxlen=job_maxlen
+        )
+        self.workers = WorkerRegistry(self.runner)
+
+    @classmethod
+    def connect(cls, url: str, **options: int) -> State:
+        """Connect to ``url`` and check the server answers; ConnectionFailed if not."""
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=3, health_check_interval=30)
+        except ValueError as exc:
+            raise ConnectionFailed(f"bad Redis URL {url!r}: {exc}") from exc
+        try:
+            client.ping()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise ConnectionFailed(f"cannot reach Redis at {url}: {exc}") from exc
+        except redis.ResponseError as exc:
+            raise ConnectionFailed(f"Redis at {url} refused: {exc}") from exc
+        return cls(client, **options)
+
+    def close(self) -> None:
+        self.events.flush()
+        self.client.close()

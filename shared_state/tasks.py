@@ -1,0 +1,233 @@
+"""Task ownership: claim, renew, complete, fail, spawn, reap — each one Lua script.
+
+Every write by a worker carries the fencing token its claim returned; a stale
+token raises ``Fenced`` (and the script records ``task.fenced``). Tasks that a
+script puts back in a queue (a re-queued parent, spawned children, a failed
+or reaped attempt) are delivered here, so no caller can forget to.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import keys
+from .delivery import Delivery, Envelope
+from .errors import Code, Fenced, JobFinished, StateError, TaskNotFound
+from .models import Claim, Role, Task
+from .scripts import Runner, ScriptResult
+
+
+def new_task_id(role: Role) -> str:
+    return f"{role.value[0]}-{secrets.token_hex(5)}"
+
+
+@dataclass(frozen=True)
+class Child:
+    """A task to spawn: its role and a short brief (payloads go by reference)."""
+
+    role: Role
+    brief: str = ""
+
+
+@dataclass(frozen=True)
+class Completion:
+    parent_requeued: str
+    job_finished: bool
+
+
+def _task_keys(job_id: str, task_id: str) -> list[str]:
+    return [
+        keys.task(job_id, task_id),
+        keys.job(job_id),
+        keys.job_events(job_id),
+        keys.leases(job_id),
+        keys.queued(job_id),
+    ]
+
+
+def _task_from(fields: dict[str, Any]) -> Task:
+    return Task.model_validate(fields)
+
+
+class TaskStore:
+    def __init__(self, runner: Runner, delivery: Delivery) -> None:
+        self.runner = runner
+        self.client = runner.client
+        self.delivery = delivery
+
+    # -- the owner's writes -------------------------------------------------------
+
+    def claim(self, job_id: str, task_id: str, worker: str, lease_ms: int) -> Task | None:
+        """Claim a task; None when it is not claimable (a duplicate delivery, a finished job)."""
+        res = self.runner.run("claimTask", job_id, _task_keys(job_id, task_id), [worker, lease_ms])
+        if res.code == Code.NOT_FOUND:
+            raise TaskNotFound(task_id)
+        if res.code in (Code.NOT_CLAIMABLE, Code.JOB_FINISHED):
+            return None
+        return _task_from(res.data)
+
+    def renew(self, claim: Claim, lease_ms: int) -> int:
+        """Extend the lease; returns the new deadline (ms, Redis time)."""
+        res = self.runner.run(
+            "renewLease",
+            claim.job_id,
+            _task_keys(claim.job_id, claim.task_id)[:4],
+            [claim.token, lease_ms, claim.owner],
+        )
+        self._check(res, claim)
+        return int(res.data["lease_until"])
+
+    def complete(self, claim: Claim, parent_id: str, result: str = "") -> Completion:
+        parent_key = keys.task(claim.job_id, parent_id or claim.task_id)
+        res = self.runner.run(
+            "completeTask",
+            claim.job_id,
+            [*_task_keys(claim.job_id, claim.task_id), parent_key],
+            [claim.token, claim.owner, result],
+        )
+        self._check(res, claim)
+        done = Completion(res.data["parent_requeued"], res.data["job_finished"] == "1")
+        if done.parent_requeued:
+            parent_role = Role(res.data["parent_role"])
+            self.delivery.send([Envelope(claim.job_id, done.parent_requeued, parent_role)])
+        return done
+
+    def fail(self, claim: Claim, reason: str, *, retryable: bool = True) -> str:
+        """End this attempt; returns 'requeued' or 'dead'."""
+        res = self.runner.run(
+            "failTask",
+            claim.job_id,
+            _task_keys(claim.job_id, claim.task_id),
+            [claim.token, claim.owner, reason, int(retryable)],
+        )
+        self._check(res, claim)
+        outcome = res.data["outcome"]
+        if outcome == "requeued":
+            self.delivery.send([Envelope(claim.job_id, claim.task_id, claim.role)])
+        return outcome
+
+    def spawn(self, claim: Claim, stage: str, children: Sequence[Child]) -> list[str]:
+        """Create child tasks, park the parent as waiting (resuming at ``stage``)."""
+        if not children:
+            raise ValueError("spawn needs at least one child")
+        ids = [new_task_id(c.role) for c in children]
+        child_args = [x for i, c in zip(ids, children, strict=True) for x in (i, c.role, c.brief)]
+        res = self.runner.run(
+            "spawnChildren",
+            claim.job_id,
+            [
+                *_task_keys(claim.job_id, claim.task_id),
+                keys.tasks(claim.job_id),
+                *(keys.task(claim.job_id, i) for i in ids),
+            ],
+            [claim.token, claim.owner, stage, *child_args],
+        )
+        self._check(res, claim)
+        self.delivery.send(
+            Envelope(claim.job_id, i, c.role) for i, c in zip(ids, children, strict=True)
+        )
+        return ids
+
+    @staticmethod
+    def _check(res: ScriptResult, claim: Claim) -> None:
+        if res.code == Code.OK:
+            return
+        if res.code == Code.FENCED:
+            raise Fenced(claim.task_id, claim.token, res.data)
+        if res.code == Code.JOB_FINISHED:
+            raise JobFinished(claim.job_id, res.data.get("job_status", "finished"))
+        if res.code == Code.NOT_FOUND:
+            raise TaskNotFound(claim.task_id)
+        raise StateError(f"unexpected script code {res.code} for task {claim.task_id}")
+
+    # -- the reaper's writes -----------------------------------------------------
+
+    def reap(self, job_id: str, task_id: str) -> str | None:
+        """End an expired attempt; returns 'requeued', 'dead', or None if the lease is live."""
+        res = self.runner.run("reapTask", job_id, _task_keys(job_id, task_id), [])
+        if not res.ok:
+            return None
+        if res.data["outcome"] == "requeued":
+            self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
+        return res.data["outcome"]
+
+    def redeliver(self, job_id: str, task_id: str, grace_ms: int, reason: str) -> bool:
+        """Send a new envelope for a queued task whose delivery was lost."""
+        task_keys = _task_keys(job_id, task_id)
+        res = self.runner.run(
+            "redeliverTask", job_id, [*task_keys[:3], task_keys[4]], [grace_ms, reason]
+        )
+        if res.ok:
+            self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
+        return res.ok
+
+    # -- reading -----------------------------------------------------------------
+
+    def get(self, job_id: str, task_id: str) -> Task:
+        found = self._fetch([(job_id, task_id)])
+        if not found:
+            raise TaskNotFound(task_id)
+        return found[0]
+
+    def list(self, job_id: str) -> list[Task]:
+        """All tasks of a job, in creation order."""
+        ids = self.client.smembers(keys.tasks(job_id))
+        found = self._fetch([(job_id, i.decode()) for i in ids])
+        return sorted(found, key=lambda t: (t.created_ms, t.task_id))
+
+    def _fetch(self, pairs: Sequence[tuple[str, str]]) -> list[Task]:
+        """Task records in one round trip; ones that expired are left out."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id, task_id in pairs:
+            pipe.hgetall(keys.task(job_id, task_id))
+        return [
+            _task_from({k.decode(): v.decode() for k, v in raw.items()})
+            for raw in pipe.execute()
+            if raw
+        ]
+
+    def expired(self, job_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(job_id, task_id) of claims whose lease deadline has passed (Redis time)."""
+        if not job_ids:
+            return []
+        sec, usec = self.client.time()
+        now_ms = sec * 1000 + usec // 1000
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.zrangebyscore(keys.leases(job_id), "-inf", now_ms)
+        return [
+            (job_id, t.decode())
+            for job_id, ids in zip(job_ids, pipe.execute(), strict=True)
+            for t in ids
+        ]
+
+    def queued_since(self, job_ids: Sequence[str], older_than_ms: int) -> list[tuple[str, str]]:
+        """(job_id, task_id) of tasks queued for longer than ``older_than_ms``."""
+        if not job_ids:
+            return []
+        sec, usec = self.client.time()
+        cutoff = sec * 1000 + usec // 1000 - older_than_ms
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.zrangebyscore(keys.queued(job_id), "-inf", cutoff)
+        return [
+            (job_id, t.decode())
+            for job_id, ids in zip(job_ids, pipe.execute(), strict=True)
+            for t in ids
+        ]
+
+    def claims(self, job_ids: Sequence[str]) -> list[tuple[Task, int]]:
+        """Live claims with their remaining lease (ms), across the given jobs."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.zrange(keys.leases(job_id), 0, -1)
+        pipe.time()
+        *lists, (sec, usec) = pipe.execute()
+        now_ms = sec * 1000 + usec // 1000
+        tasks = self._fetch(
+            [(job_id, t.decode()) for job_id, ids in zip(job_ids, lists, strict=True) for t in ids]
+        )
+        return [(t, t.lease_until - now_ms) for t in tasks if t.status == "claimed"]

@@ -1,0 +1,103 @@
+"""The heartbeat thread of a worker process: lease renewal and liveness.
+
+One thread per worker process. Every ``interval`` it renews the lease of the
+task the worker holds (if any) and records the worker's heartbeat (which
+also flushes queued global-stream mirror entries). A renewal refused because
+the token is stale or the job finished — or impossible because Redis stayed
+unreachable until the lease ran out — marks the lease lost; the task loop
+checks that between steps and stops without writing anything.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import structlog
+
+from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State
+from shared_state.models import Role
+
+log = structlog.get_logger("redfleet.heartbeat")
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self, state: State, *, worker_id: str, role: Role, lease_ms: int, info: dict[str, Any]
+    ) -> None:
+        super().__init__(name="redfleet-heartbeat", daemon=True)
+        self.state = state
+        self.worker_id = worker_id
+        self.role = role
+        self.lease_ms = lease_ms
+        self.interval_s = min(lease_ms / 3, 1000) / 1000
+        self.ttl_ms = max(int(self.interval_s * 3000), 3000)
+        self.info = info
+        self.lock = threading.Lock()  # a renew never interleaves with the owner's last write
+        self.claim: Claim | None = None
+        self.lost = threading.Event()
+        self.lost_reason = ""
+        self.worker_state = "idle"
+        self._stop = threading.Event()
+        self._deadline = 0.0  # monotonic: when our lease surely ran out
+
+    # -- called by the task loop ------------------------------------------------
+
+    def hold(self, claim: Claim) -> None:
+        with self.lock:
+            self.claim = claim
+            self.lost.clear()
+            self.lost_reason = ""
+            self._deadline = time.monotonic() + self.lease_ms / 1000
+            self.worker_state = "busy"
+
+    def release(self) -> None:
+        with self.lock:
+            self.claim = None
+            self.worker_state = "idle"
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the thread ------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.renew()
+            self.beat()
+
+    def renew(self) -> None:
+        with self.lock:
+            claim = self.claim
+            if claim is None:
+                return
+            started = time.monotonic()
+            try:
+                self.state.tasks.renew(claim, self.lease_ms)
+                self._deadline = started + self.lease_ms / 1000
+            except (Fenced, JobFinished, NotFound) as exc:
+                self._lose(str(exc))
+            except ConnectionFailed as exc:
+                if time.monotonic() > self._deadline:
+                    self._lose(f"lease ran out while Redis was unreachable: {exc}")
+
+    def _lose(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.lost.set()
+        self.claim = None
+        log.warning("lease.lost", worker=self.worker_id, reason=reason)
+
+    def beat(self) -> None:
+        claim = self.claim
+        fields = {
+            **self.info,
+            "role": self.role.value,
+            "state": self.worker_state,
+            "task_id": claim.task_id if claim else "",
+            "job_id": claim.job_id if claim else "",
+        }
+        try:
+            self.state.workers.beat(self.worker_id, self.ttl_ms, fields)
+        except ConnectionFailed as exc:
+            log.warning("heartbeat.failed", worker=self.worker_id, error=str(exc))

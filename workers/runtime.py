@@ -1,0 +1,138 @@
+"""The worker process: an RQ worker on one role queue, and the task loop.
+
+RQ delivers envelopes; ``execute(job_id, task_id)`` is the whole envelope.
+Each execution claims the task first (Lua compare-and-set) and does nothing
+unless the claim succeeds, so a duplicate delivery ends quietly. While the
+task runs, the heartbeat thread renews its lease; the behaviour's writes
+carry the fencing token. One queue per worker keeps RQ on its atomic BLMOVE
+dequeue path; RQ's own job timeout is off (the lease decides what is lost).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+import structlog
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from shared_state import (
+    Claim,
+    Fenced,
+    Job,
+    JobFinished,
+    NotFound,
+    Role,
+    State,
+    StateError,
+    queue_name,
+)
+
+from . import scenarios
+from .errors import LeaseLost, NotInWorker
+from .heartbeat import Heartbeat
+from .task_run import TaskRun
+
+log = structlog.get_logger("redfleet.worker")
+
+_runtime: WorkerRuntime | None = None
+_JOB_CACHE_SIZE = 256
+
+
+def execute(job_id: str, task_id: str) -> None:
+    """RQ entry point for one delivery."""
+    if _runtime is None:
+        raise NotInWorker("execute() runs inside a redfleet worker process")
+    _runtime.run_task(job_id, task_id)
+
+
+def new_worker_id(role: Role) -> str:
+    return f"{role.value}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class WorkerRuntime:
+    def __init__(self, state: State, *, role: Role, lease_ms: int, worker_id: str) -> None:
+        self.state = state
+        self.role = role
+        self.lease_ms = lease_ms
+        self.worker_id = worker_id
+        self.heartbeat = Heartbeat(
+            state,
+            worker_id=worker_id,
+            role=role,
+            lease_ms=lease_ms,
+            info={"pid": os.getpid(), "host": socket.gethostname()},
+        )
+        self._jobs: dict[str, Job] = {}
+
+    def _job(self, job_id: str) -> Job:
+        # A job's spec never changes once submitted; its status is checked by the scripts.
+        job = self._jobs.get(job_id)
+        if job is None:
+            if len(self._jobs) >= _JOB_CACHE_SIZE:
+                self._jobs.clear()
+            job = self._jobs[job_id] = self.state.jobs.get(job_id)
+        return job
+
+    def run_task(self, job_id: str, task_id: str) -> None:
+        try:
+            task = self.state.tasks.claim(job_id, task_id, self.worker_id, self.lease_ms)
+        except NotFound:
+            log.info("delivery.dropped", job_id=job_id, task_id=task_id, why="no such task")
+            return
+        if task is None:
+            log.info("delivery.duplicate", job_id=job_id, task_id=task_id)
+            return
+        claim = Claim(
+            task_id=task.task_id,
+            job_id=job_id,
+            role=task.role,
+            owner=self.worker_id,
+            token=task.token,
+            lease_until=task.lease_until,
+        )
+        self.heartbeat.hold(claim)
+        run = TaskRun(self.state, self._job(job_id), task, claim, self.heartbeat)
+        try:
+            scenarios.run(run)
+        except (LeaseLost, Fenced, JobFinished) as exc:
+            # Someone else owns the task now (or nobody should): write nothing more.
+            log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
+        except StateError:
+            raise
+        except Exception as exc:
+            log.exception("task.error", job_id=job_id, task_id=task_id)
+            try:
+                run.fail(f"{type(exc).__name__}: {exc}"[:500])
+            except (Fenced, JobFinished) as fenced:
+                log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(fenced))
+        finally:
+            self.heartbeat.release()
+
+
+def run_worker(state: State, *, role: Role, lease_ms: int, burst: bool = False) -> None:
+    """Serve one role queue until stopped (SIGTERM/SIGINT: finish the task, then exit)."""
+    global _runtime
+    worker_id = new_worker_id(role)
+    runtime = _runtime = WorkerRuntime(state, role=role, lease_ms=lease_ms, worker_id=worker_id)
+    rq_worker = SimpleWorker(
+        [state.delivery.queues[role]],
+        name=worker_id,
+        connection=state.client,
+        serializer=JSONSerializer,
+    )
+    runtime.heartbeat.start()
+    runtime.heartbeat.beat()
+    state.events.append("worker.started", {"worker": worker_id, "role": role.value})
+    log.info("worker.started", worker=worker_id, role=role.value, queue=queue_name(role))
+    try:
+        rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+    finally:
+        runtime.heartbeat.stop()
+        state.events.append("worker.stopped", {"worker": worker_id, "role": role.value})
+        state.workers.remove(worker_id)
+        state.events.flush()
+        _runtime = None
+        log.info("worker.stopped", worker=worker_id)

@@ -1,0 +1,59 @@
+"""Scripted task behaviours: the fleet's work without a model.
+
+Every job runs the same shape: its planner spawns ``fanout`` coders, waits,
+spawns one reviewer, waits, and completes. A behaviour is resumed from the
+stage recorded in the task (never from memory), so a planner re-queued by its
+last child, or reclaimed after a crash, continues where it was.
+
+    noop   every task finishes at once
+    slow   every task takes ~3 s in 0.5 s steps, its lease renewed meanwhile
+    crash  fault injection: the first coder kills its own worker process with
+           SIGKILL on every attempt, so the task dies after max attempts
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from shared_state import Child, Role, Scenario
+
+from .task_run import TaskRun
+
+SLOW_STEPS = 6
+SLOW_STEP_S = 0.5
+
+# Planner stages, in order; each names what the planner does when it resumes.
+START, REVIEW, REPORT = "", "review", "report"
+
+
+def run(task: TaskRun) -> None:
+    if task.job.scenario is Scenario.SLOW:
+        for _ in range(SLOW_STEPS):
+            task.work_for(SLOW_STEP_S)
+    if task.task.role is Role.PLANNER:
+        _plan(task)
+    else:
+        _work(task)
+
+
+def _plan(task: TaskRun) -> None:
+    job = task.job
+    if task.task.stage == START:
+        task.spawn(
+            REVIEW,
+            [
+                Child(Role.CODER, f"coder {i + 1}/{job.fanout}: {job.goal}"[:200])
+                for i in range(job.fanout)
+            ],
+        )
+    elif task.task.stage == REVIEW:
+        task.spawn(REPORT, [Child(Role.REVIEWER, f"review: {job.goal}"[:200])])
+    else:
+        task.complete(f"{job.fanout} coder task(s) reviewed")
+
+
+def _work(task: TaskRun) -> None:
+    if task.job.scenario is Scenario.CRASH and task.task.brief.startswith("coder 1/"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    task.complete(f"{task.task.role.value} done")

@@ -1,0 +1,55 @@
+"""``TaskRun``: what a behaviour sees of the one task it is running.
+
+It holds the claim (and so the fencing token) and exposes only fenced
+operations: every write goes through the state layer's scripts with the
+token, under the heartbeat's lock so that a renewal never races the owner's
+last write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shared_state import Child, Claim, Job, State, Task
+
+from .errors import LeaseLost
+from .heartbeat import Heartbeat
+
+
+@dataclass
+class TaskRun:
+    state: State
+    job: Job
+    task: Task
+    claim: Claim
+    heartbeat: Heartbeat
+
+    def check(self) -> None:
+        """Raise LeaseLost if this worker no longer owns the task."""
+        if self.heartbeat.lost.is_set():
+            raise LeaseLost(self.heartbeat.lost_reason)
+
+    def work_for(self, seconds: float) -> None:
+        """Simulated work of a scripted behaviour, checking the lease as it goes."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.check()
+            self.heartbeat.lost.wait(min(left, 0.1))
+        self.check()
+
+    def complete(self, result: str = "") -> None:
+        self.check()
+        with self.heartbeat.lock:
+            self.state.tasks.complete(self.claim, self.task.parent_id, result)
+
+    def spawn(self, stage: str, children: Sequence[Child]) -> list[str]:
+        """Spawn children and wait for them without holding this worker."""
+        self.check()
+        with self.heartbeat.lock:
+            return self.state.tasks.spawn(self.claim, stage, children)
+
+    def fail(self, reason: str, *, retryable: bool = True) -> str:
+        with self.heartbeat.lock:
+            return self.state.tasks.fail(self.claim, reason, retryable=retryable)
