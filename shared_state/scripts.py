@@ -58,7 +58,8 @@ class ScriptResult:
             fields = _pairs(entry[1:])
             fields["id"] = entry[0]
             parsed.append(fields)
-        return cls(code=int(code), data=_pairs(data), events=parsed)
+        fields = {k: str(v) for k, v in _pairs(data).items()}
+        return cls(code=int(code), data=fields, events=parsed)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ class TaskRun:
     def complete(self, result: str = "") -> None:
         self.check()
         with self.heartbeat.lock:
-            self.state.tasks.complete(self.claim, self.task.parent_id, result)
+            done = self.state.tasks.complete(self.claim, self.task.parent_id, result)
+        if done.job_finished:
+            self.state.jobs.finalize(self.job.job_id)
 
     def spawn(self, stage: str, children: Sequence[Child]) -> list[str]:
         """Spawn children and wait for them without holding this worker."""

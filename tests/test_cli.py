@@ -1,0 +1,128 @@
+"""The redfleet command line, run as a real process against a private Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shared_state import JobSpec, State, free_port
+
+
+def run(*args: str, url: str | None, home: str | None = None, timeout: float = 120):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDFLEET_HOME")}
+    if url:
+        env["REDIS_URL"] = url
+    if home:
+        env["REDFLEET_HOME"] = home
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _one_line_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_submit_prints_the_job_id_and_status_lists_its_tasks(state: State, redis_url) -> None:
+    out = run("submit", "write a parser", "--fanout", "2", "--json", url=redis_url)
+    assert out.returncode == 0, out.stderr
+    job_id = json.loads(out.stdout)["job_id"]
+    status = json.loads(run("status", job_id, "--json", url=redis_url).stdout)
+    assert status["job_id"] == job_id and status["status"] == "queued"
+    (root,) = status["tasks"]
+    assert {k: root[k] for k in ("role", "status", "attempts", "owner", "token", "parent_id")} == {
+        "role": "planner",
+        "status": "queued",
+        "attempts": 1,
+        "owner": None,
+        "token": 0,
+        "parent_id": None,
+    }
+    overview = json.loads(run("status", "--json", url=redis_url).stdout)
+    assert [j["job_id"] for j in overview["jobs"]] == [job_id]
+    assert overview["queues"] == {"planner": 1, "coder": 0, "reviewer": 0}
+
+
+def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    state.tasks.claim(job.job_id, job.root_task, "w-test", 60_000)
+    claims = json.loads(run("claims", "--json", url=redis_url).stdout)
+    assert [(c["task_id"], c["owner"], c["token"]) for c in claims] == [
+        (job.root_task, "w-test", 1)
+    ]
+    assert 0 < claims[0]["lease_remaining_ms"] <= 60_000
+    assert json.loads(run("workers", "--json", url=redis_url).stdout) == []
+    lines = run("logs", job.job_id, "--json", url=redis_url).stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["event"] for e in events] == ["job.submitted", "task.queued", "task.claimed"]
+    assert events[2]["worker"] == "w-test" and events[2]["token"] == 1 and "ts" in events[2]
+
+
+def test_cancel_marks_the_job_cancelled(state: State, redis_url) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    assert run("cancel", job.job_id, url=redis_url).returncode == 0
+    assert state.jobs.get(job.job_id).status == "cancelled"
+    _one_line_error(run("cancel", job.job_id, url=redis_url), "is cancelled")
+
+
+def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -> None:
+    jobs = [state.jobs.submit(JobSpec(goal=f"g{i}", fanout=2)) for i in range(3)]
+    proc = run("up", "--burst", "--coders", "2", "--json", url=redis_url)
+    assert proc.returncode == 0, proc.stderr
+    assert [state.jobs.get(j.job_id).status for j in jobs] == ["succeeded"] * 3
+    assert json.loads(proc.stdout)["restarts"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "url", "needles"),
+    [
+        (("status",), "nope://x", ["Redis URL"]),
+        (("status",), "redis://127.0.0.1:{port}/0", ["cannot reach Redis"]),
+        (("submit", "   "), "{url}", ["goal"]),
+        (("submit", "g", "--fanout", "0"), "{url}", ["fanout"]),
+        (("status", "j-missing"), "{url}", ["no job 'j-missing'"]),
+        (("logs", "j-missing"), "{url}", ["no job 'j-missing'"]),
+        (("cancel", "j-missing"), "{url}", ["no job 'j-missing'"]),
+    ],
+)
+def test_bad_input_is_one_line_naming_what_is_wrong_with_exit_code_2(
+    redis_url, args, url, needles
+) -> None:
+    url = url.format(url=redis_url, port=free_port())
+    _one_line_error(run(*args, url=url), *needles)
+
+
+def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_path) -> None:
+    home = str(tmp_path)
+    job_id = run("submit", "embedded", url=None, home=home).stdout.strip()
+    assert job_id.startswith("j-")
+    info = json.loads(run("server", "status", "--json", url=None, home=home).stdout)
+    assert info["url"].startswith("redis://127.0.0.1:")
+    status = json.loads(run("status", job_id, "--json", url=None, home=home).stdout)
+    assert status["status"] == "queued"
+    assert run("server", "stop", url=None, home=home).stdout.strip() == "stopped"
+    assert json.loads(run("server", "status", "--json", url=None, home=home).stdout) == {
+        "running": False
+    }
+
+
+def test_demo_runs_a_job_through_a_fleet_and_exits_zero() -> None:
+    proc = run("demo", "--json", url=None)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "succeeded"
+    assert sorted(t["role"] for t in doc["tasks"]) == ["coder"] * 3 + ["planner", "reviewer"]
+    assert all(t["status"] == "succeeded" and t["owner"] for t in doc["tasks"])
