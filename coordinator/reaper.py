@@ -8,11 +8,13 @@ Each tick, over the active jobs:
   longer waiting in its queue (deleted, or taken by a worker that died before
   claiming) → a new envelope;
 - jobs found finished → retired (keys set to expire, removed from the active
-  set), which also completes the bookkeeping of a crashed finisher.
+  set), which also completes the bookkeeping of a crashed finisher;
+- now and then, ids of expired jobs are pruned from the job index.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -20,6 +22,8 @@ import structlog
 from shared_state import Role, State, keys
 
 log = structlog.get_logger("redfleet.reaper")
+
+_PRUNE_EVERY_S = 60.0
 
 
 @dataclass
@@ -34,9 +38,13 @@ class Reaper:
     def __init__(self, state: State, *, redeliver_after_ms: int) -> None:
         self.state = state
         self.redeliver_after_ms = redeliver_after_ms
+        self._next_prune = 0.0
 
     def tick(self) -> ReapReport:
         report = ReapReport()
+        if time.monotonic() >= self._next_prune:
+            self.state.jobs.prune_index()
+            self._next_prune = time.monotonic() + _PRUNE_EVERY_S
         active = self.state.jobs.active()
         if not active:
             return report

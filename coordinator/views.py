@@ -93,7 +93,7 @@ def print_json(doc: Any) -> None:
 def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
     t = Table(title=title, title_justify="left")
     for col in columns:
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for row in rows:
         t.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
     console.print(t)

@@ -118,6 +118,17 @@ class JobStore:
             self.client.zrem(keys.JOBS, *gone)
         return jobs
 
+    def prune_index(self, batch: int = 200) -> int:
+        """Drop the oldest ids from the job index whose records have expired."""
+        ids = [i.decode() for i in self.client.zrange(keys.JOBS, 0, batch - 1)]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.exists(keys.job(job_id))
+        gone = [j for j, exists in zip(ids, pipe.execute(), strict=True) if not exists]
+        if gone:
+            self.client.zrem(keys.JOBS, *gone)
+        return len(gone)
+
     def active(self) -> list[str]:
         return sorted(i.decode() for i in self.client.smembers(keys.ACTIVE_JOBS))
 

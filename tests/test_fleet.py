@@ -7,7 +7,7 @@ import signal
 from collections import Counter
 
 from coordinator.reaper import Reaper
-from shared_state import JobSpec, Role, Scenario, State, TaskStatus, keys
+from shared_state import Envelope, JobSpec, Role, Scenario, State, TaskStatus, keys
 
 from .conftest import events_named, wait_for
 
@@ -111,3 +111,16 @@ def test_a_poison_task_dies_after_max_attempts_while_the_fleet_serves_other_jobs
     reason = state.jobs.get(poison.job_id).reason
     assert reason.startswith(f"task {dead.task_id} (coder) dead after 2 attempt(s): lease expired")
     assert running.fleet.report.restarts >= 2
+
+
+def test_a_duplicate_delivery_ends_quietly(state: State, start_fleet) -> None:
+    job = state.jobs.submit(JobSpec(goal="twice", fanout=2))
+    state.delivery.send([Envelope(job.job_id, job.root_task, Role.PLANNER)])
+    assert len(state.delivery.queues[Role.PLANNER].get_job_ids()) == 2
+    start_fleet(planners=2, coders=1, reviewers=1, lease_ms=LEASE_MS)
+    wait_for(lambda: _succeeded(state, job.job_id), 60, "the job to succeed")
+    wait_for(lambda: state.delivery.depths()["planner"] == 0, 30, "the duplicate to be consumed")
+    claimed = Counter(e.task_id for e in events_named(state, job.job_id, "task.claimed"))
+    assert claimed[job.root_task] == 3  # plan, review, report: one claim per stage
+    assert state.tasks.get(job.job_id, job.root_task).token == 3
+    assert not events_named(state, job.job_id, "task.fenced")

@@ -77,3 +77,10 @@ def test_each_script_documents_its_keys_args_and_returns_and_builds_no_keys(name
     assert "ARGV" in header and "Returns" in header
     code = re.sub(r"--\[\[.*?\]\]|--[^\n]*", "", SCRIPTS[name].source, flags=re.DOTALL)
     assert "rf:" not in code, "a script must receive every key in KEYS"
+
+
+def test_pruning_drops_expired_jobs_from_the_index_only(state: State) -> None:
+    kept, expired = (state.jobs.submit(JobSpec(goal=g)) for g in ("kept", "expired"))
+    state.client.delete(keys.job(expired.job_id))
+    assert state.jobs.prune_index() == 1
+    assert [j.decode() for j in state.client.zrange(keys.JOBS, 0, -1)] == [kept.job_id]
