@@ -90,8 +90,9 @@ class Fleet:
 
     def _spawn(self, slot: _Slot) -> None:
         env = {**os.environ, "REDIS_URL": self.redis_url}
+        # -P: never import from the current directory (a stray ./workers would shadow ours).
         command = [
-            sys.executable, "-m", "coordinator", "worker",
+            sys.executable, "-P", "-m", "coordinator", "worker",
             "--role", slot.role.value, "--lease-ms", str(self.spec.lease_ms),
         ]  # fmt: skip
         slot.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)

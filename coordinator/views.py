@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,8 @@ from rich.table import Table
 
 from shared_state import Event, Job, State, Task, WorkerInfo
 
-console = Console()
+# Piped output is not cut to 80 columns: ids stay whole for grep and copy.
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _iso(ms: int) -> str | None:

@@ -44,6 +44,7 @@ def test_a_task_of_a_sigkilled_worker_is_reclaimed_and_the_job_succeeds(
     done = Counter(e.task_id for e in events_named(state, job.job_id, "task.succeeded"))
     assert set(done) == {t.task_id for t in state.tasks.list(job.job_id)}
     assert set(done.values()) == {1}
+    assert not events_named(state, job.job_id, "task.fenced")  # nobody wrote with a stale token
 
 
 def test_a_zombie_worker_woken_after_a_takeover_is_fenced(state: State, start_fleet) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import structlog
 
@@ -20,6 +21,8 @@ from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound,
 from shared_state.models import Role
 
 log = structlog.get_logger("redfleet.heartbeat")
+
+T = TypeVar("T")
 
 
 class Heartbeat(threading.Thread):
@@ -34,7 +37,7 @@ class Heartbeat(threading.Thread):
         self.interval_s = min(lease_ms / 3, 1000) / 1000
         self.ttl_ms = max(int(self.interval_s * 3000), 3000)
         self.info = info
-        self.lock = threading.Lock()  # a renew never interleaves with the owner's last write
+        self._lock = threading.Lock()  # a renew never interleaves with the owner's last write
         self.claim: Claim | None = None
         self.lost = threading.Event()
         self.lost_reason = ""
@@ -45,15 +48,27 @@ class Heartbeat(threading.Thread):
     # -- called by the task loop ------------------------------------------------
 
     def hold(self, claim: Claim) -> None:
-        with self.lock:
+        with self._lock:
             self.claim = claim
             self.lost.clear()
             self.lost_reason = ""
             self._deadline = time.monotonic() + self.lease_ms / 1000
             self.worker_state = "busy"
 
+    def settle(self, write: Callable[[], T]) -> T:
+        """Run the owner's last write with renewals held off, then stop renewing.
+
+        Without this a renewal could land between the write and ``release`` and
+        be refused as stale — a spurious ``task.fenced``.
+        """
+        with self._lock:
+            try:
+                return write()
+            finally:
+                self.claim = None
+
     def release(self) -> None:
-        with self.lock:
+        with self._lock:
             self.claim = None
             self.worker_state = "idle"
 
@@ -68,7 +83,7 @@ class Heartbeat(threading.Thread):
             self.beat()
 
     def renew(self) -> None:
-        with self.lock:
+        with self._lock:
             claim = self.claim
             if claim is None:
                 return

@@ -2,7 +2,7 @@
 
 It holds the claim (and so the fencing token) and exposes only fenced
 operations: every write goes through the state layer's scripts with the
-token, under the heartbeat's lock so that a renewal never races the owner's
+token, settled with the heartbeat so that a renewal never races the owner's
 last write.
 """
 
@@ -41,17 +41,18 @@ class TaskRun:
 
     def complete(self, result: str = "") -> None:
         self.check()
-        with self.heartbeat.lock:
-            done = self.state.tasks.complete(self.claim, self.task.parent_id, result)
+        done = self.heartbeat.settle(
+            lambda: self.state.tasks.complete(self.claim, self.task.parent_id, result)
+        )
         if done.job_finished:
             self.state.jobs.finalize(self.job.job_id)
 
     def spawn(self, stage: str, children: Sequence[Child]) -> list[str]:
         """Spawn children and wait for them without holding this worker."""
         self.check()
-        with self.heartbeat.lock:
-            return self.state.tasks.spawn(self.claim, stage, children)
+        return self.heartbeat.settle(lambda: self.state.tasks.spawn(self.claim, stage, children))
 
     def fail(self, reason: str, *, retryable: bool = True) -> str:
-        with self.heartbeat.lock:
-            return self.state.tasks.fail(self.claim, reason, retryable=retryable)
+        return self.heartbeat.settle(
+            lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable)
+        )
