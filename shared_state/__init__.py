@@ -31,11 +31,12 @@ from .models import (
 )
 from .server import RedisServer, find_redis_server, free_port
 from .state import State
-from .tasks import Child, Completion, TaskStore
+from .tasks import Child, Claimed, Completion, TaskStore
 
 __all__ = [
     "Child",
     "Claim",
+    "Claimed",
     "Code",
     "Completion",
     "ConnectionFailed",

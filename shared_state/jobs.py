@@ -60,7 +60,11 @@ class JobStore:
         with self.client.pipeline() as pipe:
             pipe.hset(
                 keys.job(job_id),
-                mapping={**job.model_dump(mode="json"), "stream_maxlen": self.job_maxlen},
+                mapping={
+                    **job.model_dump(mode="json"),
+                    "stream_maxlen": self.job_maxlen,
+                    "retention_ms": self.retention_s * 1000,
+                },
             )
             pipe.hset(
                 keys.task(job_id, root),
@@ -133,20 +137,30 @@ class JobStore:
         return sorted(i.decode() for i in self.client.smembers(keys.ACTIVE_JOBS))
 
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
-        res = self.runner.run(
-            "cancelJob", job_id, [keys.job(job_id), keys.job_events(job_id)], [reason]
-        )
+        job_keys = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
+        job_keys += [keys.queued(job_id), keys.tasks(job_id)]
+        res = self.runner.run("cancelJob", job_id, job_keys, [reason])
         if res.code == Code.NOT_FOUND:
             raise JobNotFound(job_id)
         if res.code == Code.JOB_FINISHED:
             raise JobFinished(job_id, res.data["job_status"])
         self.finalize(job_id)
 
-    def finalize(self, job_id: str) -> bool:
-        """Retire a finished job: set its keys to expire, drop it from the active set.
+    def retire(self, job_id: str) -> None:
+        """Drop a job that succeeded from the active set.
 
-        Idempotent; the reaper calls it for any active job found finished, so
-        a crash right after a job's last script loses nothing.
+        The scripts already started the retention clock of its keys and of each
+        task as it finished; the active set is a cross-job key, so no script
+        may touch it together with the job's keys.
+        """
+        self.client.srem(keys.ACTIVE_JOBS, job_id)
+
+    def finalize(self, job_id: str) -> bool:
+        """Retire a finished job and set every key of it to expire.
+
+        Unlike ``retire`` this also covers the tasks a failed or cancelled job
+        left unfinished. Idempotent; the reaper calls it for any active job
+        found finished, so a crash right after a job's last script loses nothing.
         """
         status = self.client.hget(keys.job(job_id), "status")
         if status is None:

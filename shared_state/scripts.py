@@ -6,13 +6,14 @@ helpers live in ``lua/includes/`` and are inlined where a script says
 and called with EVALSHA; after a server restart or SCRIPT FLUSH the first
 call reloads them.
 
-Every script returns ``{code, data, events}``: a code from ``errors.Code``, a
-flat field/value list, and the events it appended to the job stream.
+Every script returns ``{code, data, events}``: a code from ``errors.Code``, and
+two JSON documents — its data, and the events it appended to the job stream.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,25 +27,13 @@ from .events import EventLog
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"$', re.MULTILINE)
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
-def _pairs(flat: list[Any]) -> dict[str, Any]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
-
-
 @dataclass(frozen=True)
 class ScriptResult:
-    """A script's reply: its code, its data fields, the events it emitted."""
+    """A script's reply: its code, its data, the events it appended to the job stream."""
 
     code: int
-    data: dict[str, str] = field(default_factory=dict)
-    events: list[dict[str, str]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -52,14 +41,10 @@ class ScriptResult:
 
     @classmethod
     def parse(cls, raw: list[Any]) -> ScriptResult:
-        code, data, events = _decode(raw)
-        parsed = []
-        for entry in events:
-            fields = _pairs(entry[1:])
-            fields["id"] = entry[0]
-            parsed.append(fields)
-        fields = {k: str(v) for k, v in _pairs(data).items()}
-        return cls(code=int(code), data=fields, events=parsed)
+        code, data, events = raw
+        events = json.loads(events)
+        # Lua's cjson encodes an empty table as an object.
+        return cls(code=int(code), data=json.loads(data), events=events or [])
 
 
 @dataclass(frozen=True)

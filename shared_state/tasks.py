@@ -16,7 +16,7 @@ from typing import Any
 from . import keys
 from .delivery import Delivery, Envelope
 from .errors import Code, Fenced, JobFinished, StateError, TaskNotFound
-from .models import Claim, Role, Task
+from .models import Claim, Job, Role, Task
 from .scripts import Runner, ScriptResult
 
 
@@ -38,13 +38,24 @@ class Completion:
     job_finished: bool
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """A successful claim: the task and its job as they were, and the claim to write with."""
+
+    task: Task
+    job: Job
+    claim: Claim
+
+
 def _task_keys(job_id: str, task_id: str) -> list[str]:
+    """The KEYS every task script starts with, in this order."""
     return [
         keys.task(job_id, task_id),
         keys.job(job_id),
         keys.job_events(job_id),
         keys.leases(job_id),
         keys.queued(job_id),
+        keys.tasks(job_id),
     ]
 
 
@@ -60,14 +71,23 @@ class TaskStore:
 
     # -- the owner's writes -------------------------------------------------------
 
-    def claim(self, job_id: str, task_id: str, worker: str, lease_ms: int) -> Task | None:
+    def claim(self, job_id: str, task_id: str, worker: str, lease_ms: int) -> Claimed | None:
         """Claim a task; None when it is not claimable (a duplicate delivery, a finished job)."""
         res = self.runner.run("claimTask", job_id, _task_keys(job_id, task_id), [worker, lease_ms])
         if res.code == Code.NOT_FOUND:
             raise TaskNotFound(task_id)
         if res.code in (Code.NOT_CLAIMABLE, Code.JOB_FINISHED):
             return None
-        return _task_from(res.data)
+        task = _task_from(res.data["task"])
+        claim = Claim(
+            task_id=task_id,
+            job_id=job_id,
+            role=task.role,
+            owner=worker,
+            token=task.token,
+            lease_until=task.lease_until,
+        )
+        return Claimed(task=task, job=Job.model_validate(res.data["job"]), claim=claim)
 
     def renew(self, claim: Claim, lease_ms: int) -> int:
         """Extend the lease; returns the new deadline (ms, Redis time)."""
@@ -81,7 +101,7 @@ class TaskStore:
         return int(res.data["lease_until"])
 
     def complete(self, claim: Claim, parent_id: str, result: str = "") -> Completion:
-        parent_key = keys.task(claim.job_id, parent_id or claim.task_id)
+        parent_key = keys.task(claim.job_id, parent_id or claim.task_id)  # unused for a root
         res = self.runner.run(
             "completeTask",
             claim.job_id,
@@ -89,7 +109,7 @@ class TaskStore:
             [claim.token, claim.owner, result],
         )
         self._check(res, claim)
-        done = Completion(res.data["parent_requeued"], res.data["job_finished"] == "1")
+        done = Completion(res.data["parent_requeued"], res.data["job_finished"])
         if done.parent_requeued:
             parent_role = Role(res.data["parent_role"])
             self.delivery.send([Envelope(claim.job_id, done.parent_requeued, parent_role)])
@@ -118,11 +138,7 @@ class TaskStore:
         res = self.runner.run(
             "spawnChildren",
             claim.job_id,
-            [
-                *_task_keys(claim.job_id, claim.task_id),
-                keys.tasks(claim.job_id),
-                *(keys.task(claim.job_id, i) for i in ids),
-            ],
+            [*_task_keys(claim.job_id, claim.task_id), *(keys.task(claim.job_id, i) for i in ids)],
             [claim.token, claim.owner, stage, *child_args],
         )
         self._check(res, claim)

@@ -6,10 +6,10 @@ import multiprocessing as mp
 import random
 from collections import Counter, defaultdict
 
-from shared_state import Child, Role, State, TaskStatus
+from shared_state import Child, Claim, Role, State, TaskStatus
 
 from .conftest import events_named
-from .helpers import claim_of, job_with_children
+from .helpers import job_with_children
 
 PROCS = 8
 ctx = mp.get_context("fork")
@@ -23,9 +23,9 @@ def _claim_all(url, job_id, ids, lease_ms, rounds, barrier, out, seed):
     barrier.wait()
     for _ in range(rounds):
         for task_id in order:
-            task = state.tasks.claim(job_id, task_id, f"p{seed}", lease_ms)
-            if task is not None:
-                won.append((task_id, task.token))
+            claimed = state.tasks.claim(job_id, task_id, f"p{seed}", lease_ms)
+            if claimed is not None:
+                won.append((task_id, claimed.claim.token))
     out.put((f"p{seed}", won))
 
 
@@ -76,13 +76,11 @@ def test_tokens_strictly_increase_per_task_when_leases_expire_under_contention(
         assert tokens == list(range(1, len(tokens) + 1))
 
 
-def _finish_child(url, job_id, parent_id, task_json, barrier):
-    from shared_state import Task
-
+def _finish_child(url, parent_id, claim_json, barrier):
     state = State.connect(url)
-    task = Task.model_validate_json(task_json)
+    claim = Claim.model_validate_json(claim_json)
     barrier.wait()
-    state.tasks.complete(claim_of(task, task.owner), parent_id)
+    state.tasks.complete(claim, parent_id)
 
 
 def test_children_finishing_at_once_on_different_processes_requeue_the_parent_once(
@@ -96,9 +94,9 @@ def test_children_finishing_at_once_on_different_processes_requeue_the_parent_on
         procs = [
             ctx.Process(
                 target=_finish_child,
-                args=(redis_url, job.job_id, parent.task_id, t.model_dump_json(), barrier),
+                args=(redis_url, parent.task_id, c.claim.model_dump_json(), barrier),
             )
-            for t in claimed
+            for c in claimed
         ]
         for p in procs:
             p.start()

@@ -10,28 +10,46 @@ import pytest
 from shared_state import EventLog, JobSpec, State, keys
 from shared_state.scripts import SCRIPTS
 
-from .helpers import claim_of
+from .helpers import job_with_children
 
 
-def test_a_finished_job_expires_after_the_retention_and_leaves_the_active_set(
+def _expiring(state: State, key: str, retention_s: int) -> bool:
+    ttl = state.client.ttl(key)
+    return ttl == -2 or 0 < ttl <= retention_s  # -2: an empty index, already gone
+
+
+def test_a_succeeded_job_starts_its_retention_clock_in_the_scripts(
     state: State, redis_url: str
 ) -> None:
     state = State.connect(redis_url, retention_s=120)
-    job = state.jobs.submit(JobSpec(goal="g"))
-    root = claim_of(state.tasks.claim(job.job_id, job.root_task, "w1", 10_000), "w1")
-    assert state.client.ttl(keys.job(job.job_id)) == -1
-    state.tasks.complete(root, "")
-    assert state.jobs.finalize(job.job_id)
+    job, parent, (child_id,) = job_with_children(state, 1)
+    child = state.tasks.claim(job.job_id, child_id, "w1", 10_000).claim
+    state.tasks.complete(child, parent.task_id)
+    assert _expiring(state, keys.task(job.job_id, child_id), 120)
+    assert state.client.ttl(keys.job(job.job_id)) == -1  # the job still runs
+    root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
+    assert state.tasks.complete(root, "").job_finished
     for key in [*keys.job_keys(job.job_id), keys.task(job.job_id, job.root_task)]:
-        ttl = state.client.ttl(key)
-        assert ttl == -2 or 0 < ttl <= 120, key  # -2: an empty index, already gone
+        assert _expiring(state, key, 120), key
+    state.jobs.retire(job.job_id)
+    assert state.jobs.active() == []
+
+
+def test_finalizing_a_cancelled_job_expires_its_unfinished_tasks(
+    state: State, redis_url: str
+) -> None:
+    state = State.connect(redis_url, retention_s=120)
+    job, _, ids = job_with_children(state, 2)
+    state.jobs.cancel(job.job_id)
+    for key in [*keys.job_keys(job.job_id), *(keys.task(job.job_id, i) for i in ids)]:
+        assert _expiring(state, key, 120), key
     assert state.jobs.active() == []
 
 
 def test_job_streams_are_capped(state: State, redis_url: str) -> None:
     state = State.connect(redis_url, job_maxlen=100)
     job = state.jobs.submit(JobSpec(goal="g"))
-    task = claim_of(state.tasks.claim(job.job_id, job.root_task, "w1", 10_000), "w1")
+    task = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     for _ in range(2_000):
         state.tasks.renew(task, 10_000)
     # MAXLEN ~ trims whole radix-tree nodes: the length stays within a node of the cap.

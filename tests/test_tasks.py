@@ -7,14 +7,15 @@ import pytest
 from shared_state import Child, Fenced, JobFinished, JobSpec, Role, State, TaskStatus, keys
 
 from .conftest import events_named, wait_for
-from .helpers import claim_of, job_with_children
+from .helpers import job_with_children
 
 
 def test_claim_succeeds_once_and_a_second_claim_is_refused(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     first = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000)
     second = state.tasks.claim(job.job_id, job.root_task, "w2", 10_000)
-    assert first is not None and first.token == 1 and first.owner == "w1"
+    assert first is not None and first.claim.token == 1 and first.task.owner == "w1"
+    assert first.job.job_id == job.job_id
     assert second is None
     assert state.tasks.get(job.job_id, job.root_task).owner == "w1"
     assert state.jobs.get(job.job_id).status == "running"
@@ -25,17 +26,16 @@ def test_claim_takes_over_an_expired_lease_with_a_higher_token(state: State) -> 
     state.tasks.claim(job.job_id, job.root_task, "w1", 1)
     wait_for(lambda: state.tasks.get(job.job_id, job.root_task).lease_until < _now(state))
     taken = state.tasks.claim(job.job_id, job.root_task, "w2", 10_000)
-    assert taken is not None and taken.token == 2 and taken.attempt == 2
+    assert taken is not None and taken.claim.token == 2 and taken.task.attempt == 2
     requeued = events_named(state, job.job_id, "task.requeued")
     assert [e.model_extra["reason"] for e in requeued] == ["lease expired (owner w1)"]
 
 
 def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> None:
     job, parent, (child_id, *_) = job_with_children(state, 1)
-    task = state.tasks.claim(job.job_id, child_id, "w1", 1)
-    old = claim_of(task, "w1")
+    old = state.tasks.claim(job.job_id, child_id, "w1", 1).claim
     wait_for(lambda: state.tasks.get(job.job_id, child_id).lease_until < _now(state))
-    new = claim_of(state.tasks.claim(job.job_id, child_id, "w2", 10_000), "w2")
+    new = state.tasks.claim(job.job_id, child_id, "w2", 10_000).claim
     for write in (
         lambda: state.tasks.renew(old, 10_000),
         lambda: state.tasks.complete(old, parent.task_id),
@@ -55,10 +55,10 @@ def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> N
 
 def test_renew_extends_the_lease_on_server_time(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    task = state.tasks.claim(job.job_id, job.root_task, "w1", 1_000)
-    until = state.tasks.renew(claim_of(task, "w1"), 60_000)
+    claim = state.tasks.claim(job.job_id, job.root_task, "w1", 1_000).claim
+    until = state.tasks.renew(claim, 60_000)
     assert until >= _now(state) + 50_000
-    assert state.client.zscore(keys.leases(job.job_id), task.task_id) == until
+    assert state.client.zscore(keys.leases(job.job_id), claim.task_id) == until
 
 
 def test_last_child_requeues_the_parent_exactly_once(state: State) -> None:
@@ -66,18 +66,18 @@ def test_last_child_requeues_the_parent_exactly_once(state: State) -> None:
     assert state.tasks.get(job.job_id, parent.task_id).status == TaskStatus.WAITING
     outcomes = []
     for i, child_id in enumerate(ids):
-        child = claim_of(state.tasks.claim(job.job_id, child_id, f"w{i}", 10_000), f"w{i}")
+        child = state.tasks.claim(job.job_id, child_id, f"w{i}", 10_000).claim
         outcomes.append(state.tasks.complete(child, parent.task_id).parent_requeued)
     assert outcomes == ["", "", parent.task_id]
     resumed = state.tasks.get(job.job_id, parent.task_id)
     assert resumed.status == TaskStatus.QUEUED and resumed.stage == "review"
     again = state.tasks.claim(job.job_id, parent.task_id, "w9", 10_000)
-    assert again is not None and again.token == 2
+    assert again is not None and again.claim.token == 2
 
 
 def test_completing_the_root_task_completes_the_job(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    root = claim_of(state.tasks.claim(job.job_id, job.root_task, "w1", 10_000), "w1")
+    root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     assert state.tasks.complete(root, "").job_finished
     assert state.jobs.get(job.job_id).status == "succeeded"
     assert len(events_named(state, job.job_id, "job.succeeded")) == 1
@@ -86,8 +86,8 @@ def test_completing_the_root_task_completes_the_job(state: State) -> None:
 def test_reap_requeues_an_expired_attempt_and_kills_it_at_max_attempts(state: State) -> None:
     job, _, (child_id, *_) = job_with_children(state, 1, max_attempts=2)
     for attempt, expected in ((1, "requeued"), (2, "dead")):
-        task = state.tasks.claim(job.job_id, child_id, f"w{attempt}", 1)
-        assert task is not None and task.attempt == attempt
+        claimed = state.tasks.claim(job.job_id, child_id, f"w{attempt}", 1)
+        assert claimed is not None and claimed.task.attempt == attempt
         wait_for(lambda: state.tasks.get(job.job_id, child_id).lease_until < _now(state))
         assert state.tasks.reap(job.job_id, child_id) == expected
     assert state.tasks.get(job.job_id, child_id).status == TaskStatus.DEAD
@@ -106,16 +106,16 @@ def test_reap_leaves_a_live_lease_alone(state: State) -> None:
 
 def test_a_retryable_failure_requeues_and_a_final_one_fails_the_job(state: State) -> None:
     job, _, (child_id, *_) = job_with_children(state, 1)
-    first = claim_of(state.tasks.claim(job.job_id, child_id, "w1", 10_000), "w1")
+    first = state.tasks.claim(job.job_id, child_id, "w1", 10_000).claim
     assert state.tasks.fail(first, "flaky") == "requeued"
-    second = claim_of(state.tasks.claim(job.job_id, child_id, "w2", 10_000), "w2")
+    second = state.tasks.claim(job.job_id, child_id, "w2", 10_000).claim
     assert state.tasks.fail(second, "broken input", retryable=False) == "dead"
     assert state.jobs.get(job.job_id).reason.endswith("dead after 2 attempt(s): broken input")
 
 
 def test_cancel_stops_the_owner_at_its_next_renewal_and_blocks_claims(state: State) -> None:
     job, _, ids = job_with_children(state, 2)
-    owner = claim_of(state.tasks.claim(job.job_id, ids[0], "w1", 10_000), "w1")
+    owner = state.tasks.claim(job.job_id, ids[0], "w1", 10_000).claim
     state.jobs.cancel(job.job_id)
     with pytest.raises(JobFinished):
         state.tasks.renew(owner, 10_000)

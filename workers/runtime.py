@@ -19,9 +19,7 @@ from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from shared_state import (
-    Claim,
     Fenced,
-    Job,
     JobFinished,
     NotFound,
     Role,
@@ -38,7 +36,6 @@ from .task_run import TaskRun
 log = structlog.get_logger("redfleet.worker")
 
 _runtime: WorkerRuntime | None = None
-_JOB_CACHE_SIZE = 256
 
 
 def execute(job_id: str, task_id: str) -> None:
@@ -65,36 +62,18 @@ class WorkerRuntime:
             lease_ms=lease_ms,
             info={"pid": os.getpid(), "host": socket.gethostname()},
         )
-        self._jobs: dict[str, Job] = {}
-
-    def _job(self, job_id: str) -> Job:
-        # A job's spec never changes once submitted; its status is checked by the scripts.
-        job = self._jobs.get(job_id)
-        if job is None:
-            if len(self._jobs) >= _JOB_CACHE_SIZE:
-                self._jobs.clear()
-            job = self._jobs[job_id] = self.state.jobs.get(job_id)
-        return job
 
     def run_task(self, job_id: str, task_id: str) -> None:
         try:
-            task = self.state.tasks.claim(job_id, task_id, self.worker_id, self.lease_ms)
+            claimed = self.state.tasks.claim(job_id, task_id, self.worker_id, self.lease_ms)
         except NotFound:
             log.info("delivery.dropped", job_id=job_id, task_id=task_id, why="no such task")
             return
-        if task is None:
+        if claimed is None:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id)
             return
-        claim = Claim(
-            task_id=task.task_id,
-            job_id=job_id,
-            role=task.role,
-            owner=self.worker_id,
-            token=task.token,
-            lease_until=task.lease_until,
-        )
-        self.heartbeat.hold(claim)
-        run = TaskRun(self.state, self._job(job_id), task, claim, self.heartbeat)
+        self.heartbeat.hold(claimed.claim)
+        run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, self.heartbeat)
         try:
             scenarios.run(run)
         except (LeaseLost, Fenced, JobFinished) as exc:

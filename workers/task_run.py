@@ -45,7 +45,7 @@ class TaskRun:
             lambda: self.state.tasks.complete(self.claim, self.task.parent_id, result)
         )
         if done.job_finished:
-            self.state.jobs.finalize(self.job.job_id)
+            self.state.jobs.retire(self.job.job_id)
 
     def spawn(self, stage: str, children: Sequence[Child]) -> list[str]:
         """Spawn children and wait for them without holding this worker."""

@@ -34,4 +34,4 @@ redis.call('ZADD', queuedKey, now, t[2])
 redis.call('HSET', taskKey, 'queued_ms', now)
 emit(stream, jobMaxlen(jobKey), {'event', 'task.requeued', 'task_id', t[2], 'role', t[3],
   'attempt', t[4], 'reason', ARGV[2]})
-return reply(1, {'role', t[3]})
+return reply(1, {role = t[3]})

@@ -31,7 +31,7 @@ local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local refused = fence(taskKey, jobKey, stream, token, worker, 'renew')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {'job_status', jobStatus}) end
+if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
 
 local taskId = redis.call('HGET', taskKey, 'task_id')
 local leaseUntil = nowMs() + leaseMs
@@ -39,4 +39,4 @@ redis.call('HSET', taskKey, 'lease_until', leaseUntil)
 redis.call('ZADD', leasesKey, leaseUntil, taskId)
 emit(stream, jobMaxlen(jobKey), {'event', 'task.renewed', 'task_id', taskId, 'worker', worker,
   'token', token, 'lease_until', leaseUntil})
-return reply(1, {'lease_until', leaseUntil})
+return reply(1, {lease_until = leaseUntil})

@@ -36,7 +36,7 @@ local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
 local refused = fence(parentKey, jobKey, stream, token, worker, 'spawn')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {'job_status', jobStatus}) end
+if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)
@@ -58,4 +58,4 @@ redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0
 redis.call('ZREM', leasesKey, p[1])
 emit(stream, maxlen, {'event', 'task.waiting', 'task_id', p[1], 'worker', worker,
   'token', token, 'children', n, 'stage', stage})
-return reply(1, {'children', n})
+return reply(1, {children = n})

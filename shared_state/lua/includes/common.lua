@@ -6,15 +6,18 @@
                                 caller can mirror it to the global stream.
   nowMs()                       Redis server time in milliseconds: leases never
                                 depend on a worker's clock.
-  reply(code, data)             {code, data, emitted}: the shape every script
-                                returns; data is a flat field/value list.
+  reply(code, data)             {code, json(data), json(events)}: the shape
+                                every script returns. JSON keeps the reply
+                                three elements long, cheap for clients to parse.
+  expireTask / expireJob        start the retention clock of a finished task,
+                                or of a finished job's own keys.
 ]]
 local emitted = {}
 
 local function emit(stream, maxlen, fields)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
-  local entry = {id}
-  for i = 1, #fields do entry[#entry + 1] = fields[i] end
+  local entry = {id = id}
+  for i = 1, #fields, 2 do entry[fields[i]] = fields[i + 1] end
   emitted[#emitted + 1] = entry
   return id
 end
@@ -25,7 +28,7 @@ local function nowMs()
 end
 
 local function reply(code, data)
-  return {code, data or {}, emitted}
+  return {code, cjson.encode(data or {}), cjson.encode(emitted)}
 end
 
 local function jobMaxlen(jobKey)
@@ -34,4 +37,25 @@ end
 
 local function isTerminalJob(status)
   return status == 'succeeded' or status == 'failed' or status == 'cancelled'
+end
+
+local function retentionMs(jobKey)
+  return tonumber(redis.call('HGET', jobKey, 'retention_ms') or '604800000')
+end
+
+local function expireTask(taskKey, jobKey)
+  redis.call('PEXPIRE', taskKey, retentionMs(jobKey))
+end
+
+local function expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
+  local ms = retentionMs(jobKey)
+  for _, key in ipairs({jobKey, stream, leasesKey, queuedKey, tasksKey}) do
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+local function hashToMap(flat)
+  local map = {}
+  for i = 1, #flat, 2 do map[flat[i]] = flat[i + 1] end
+  return map
 end

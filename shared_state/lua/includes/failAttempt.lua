@@ -3,12 +3,15 @@
 
   Below max_attempts the task goes back to `queued` with attempt + 1
   (event task.requeued); at max_attempts it is `dead` (event task.dead) and
-  its job fails with the reason (event job.failed); `final` skips retries. Used by failTask,
-  reapTask and claimTask (taking over an expired lease).
+  its job fails with the reason (event job.failed); `final` skips retries.
+  Used by failTask, reapTask and claimTask (taking over an expired lease).
+  Expects the standard task KEYS: task, job, events, leases, queued, tasks.
 
   Returns 'requeued' or 'dead'.
 ]]
-local function failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey, reason, now, final)
+local function failAttempt(reason, now, final)
+  local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
   local t = redis.call('HMGET', taskKey, 'task_id', 'job_id', 'role', 'attempt', 'token', 'owner')
   local taskId, jobId, role = t[1], t[2], t[3]
   local attempt = tonumber(t[4])
@@ -19,6 +22,7 @@ local function failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey, reason
     redis.call('HSET', taskKey, 'status', 'dead', 'owner', '', 'lease_until', 0,
       'error', reason, 'finished_ms', now)
     redis.call('ZREM', queuedKey, taskId)
+    expireTask(taskKey, jobKey)
     emit(stream, maxlen, {'event', 'task.dead', 'task_id', taskId, 'role', role,
       'worker', t[6], 'token', t[5], 'attempt', attempt, 'reason', reason})
     if not isTerminalJob(redis.call('HGET', jobKey, 'status')) then
@@ -26,6 +30,7 @@ local function failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey, reason
         ' attempt(s): ' .. reason
       redis.call('HSET', jobKey, 'status', 'failed', 'reason', why, 'finished_ms', now)
       emit(stream, maxlen, {'event', 'job.failed', 'job_id', jobId, 'reason', why})
+      expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
     end
     return 'dead'
   end

@@ -11,5 +11,5 @@ local function fence(taskKey, jobKey, stream, token, worker, op)
   if t[1] == 'claimed' and t[2] == token then return nil end
   emit(stream, jobMaxlen(jobKey), {'event', 'task.fenced', 'task_id', t[3], 'worker', worker,
     'token', token, 'current_token', t[2], 'status', t[1], 'op', op})
-  return reply(-3, {'status', t[1], 'token', t[2], 'owner', t[4]})
+  return reply(-3, {status = t[1], token = t[2], owner = t[4]})
 end

@@ -4,14 +4,15 @@
   Fenced by token. The last child of a waiting parent to complete re-queues
   the parent: the pending counter is decremented here, atomically, so
   exactly one child sees it reach zero. Completing the root task (no parent)
-  completes the job.
+  completes the job. Finished tasks and jobs start their retention clock.
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
   KEYS[3] job event stream rf:{job}:events
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
-  KEYS[6] parent task hash rf:{job}:task:<parent_id> (the task's own key for a root task)
+  KEYS[6] task set         rf:{job}:tasks
+  KEYS[7] parent task hash rf:{job}:task:<parent_id> (the task's own key for a root task)
 
   ARGV[1] fencing token
   ARGV[2] worker id
@@ -19,7 +20,7 @@
 
   Returns {code, data, events}
      1  completed; data = parent_requeued (parent id or ''), parent_role,
-        job_finished (0|1)
+        job_finished (true when the job succeeded with this task)
     -1  no such task
     -3  fenced (event task.fenced)
     -4  the job has already finished
@@ -29,14 +30,14 @@
 --- @include "common"
 --- @include "fence"
 
-local taskKey, jobKey, stream, leasesKey, queuedKey, parentKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey, parentKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, worker, result = ARGV[1], ARGV[2], ARGV[3]
 
 local refused = fence(taskKey, jobKey, stream, token, worker, 'complete')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {'job_status', jobStatus}) end
+if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)
@@ -45,27 +46,28 @@ local taskId, parentId = t[1], t[2]
 redis.call('HSET', taskKey, 'status', 'succeeded', 'lease_until', 0, 'result', result,
   'finished_ms', now)
 redis.call('ZREM', leasesKey, taskId)
+expireTask(taskKey, jobKey)
 emit(stream, maxlen, {'event', 'task.succeeded', 'task_id', taskId, 'role', t[3],
   'worker', worker, 'token', token})
 
-local parentRequeued, parentRole, jobFinished = '', '', 0
+local done = {parent_requeued = '', parent_role = '', job_finished = false}
 if parentId ~= '' then
   if redis.call('HGET', parentKey, 'task_id') ~= parentId then
-    return redis.error_reply('KEYS[6] is not the parent of ' .. taskId)
+    return redis.error_reply('KEYS[7] is not the parent of ' .. taskId)
   end
   local pending = redis.call('HINCRBY', parentKey, 'pending', -1)
   if pending == 0 and redis.call('HGET', parentKey, 'status') == 'waiting' then
     redis.call('HSET', parentKey, 'status', 'queued', 'queued_ms', now)
     redis.call('ZADD', queuedKey, now, parentId)
-    parentRole = redis.call('HGET', parentKey, 'role')
+    done.parent_requeued = parentId
+    done.parent_role = redis.call('HGET', parentKey, 'role')
     emit(stream, maxlen, {'event', 'task.queued', 'task_id', parentId,
-      'role', parentRole, 'reason', 'children done'})
-    parentRequeued = parentId
+      'role', done.parent_role, 'reason', 'children done'})
   end
 else
   redis.call('HSET', jobKey, 'status', 'succeeded', 'finished_ms', now, 'result', result)
   emit(stream, maxlen, {'event', 'job.succeeded', 'job_id', t[4]})
-  jobFinished = 1
+  expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
+  done.job_finished = true
 end
-return reply(1, {'parent_requeued', parentRequeued, 'parent_role', parentRole,
-  'job_finished', jobFinished})
+return reply(1, done)

@@ -10,6 +10,7 @@
   KEYS[3] job event stream rf:{job}:events
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
+  KEYS[6] task set         rf:{job}:tasks
 
   ARGV    none
 
@@ -23,14 +24,13 @@
 --- @include "common"
 --- @include "failAttempt"
 
-local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local taskKey, leasesKey = KEYS[1], KEYS[4]
 local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id', 'role')
 if not t[1] then return reply(-1) end
 local now = nowMs()
 if t[1] ~= 'claimed' or tonumber(t[2]) > now then
   if t[1] ~= 'claimed' then redis.call('ZREM', leasesKey, t[4]) end
-  return reply(-2, {'status', t[1], 'lease_until', t[2]})
+  return reply(-2, {status = t[1], lease_until = t[2]})
 end
-local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey,
-  'lease expired (owner ' .. t[3] .. ')', now, false)
-return reply(1, {'outcome', outcome, 'role', t[5]})
+local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false)
+return reply(1, {outcome = outcome, role = t[5]})

@@ -10,6 +10,7 @@
   KEYS[3] job event stream rf:{job}:events
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
+  KEYS[6] task set         rf:{job}:tasks
 
   ARGV[1] fencing token
   ARGV[2] worker id
@@ -27,7 +28,7 @@
 --- @include "fence"
 --- @include "failAttempt"
 
-local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local taskKey, jobKey, stream = KEYS[1], KEYS[2], KEYS[3]
 local token, worker, reason, retryable = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
 local refused = fence(taskKey, jobKey, stream, token, worker, 'fail')
@@ -35,6 +36,4 @@ if refused then return refused end
 local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'attempt')
 emit(stream, jobMaxlen(jobKey), {'event', 'task.failed', 'task_id', t[1], 'role', t[2],
   'worker', worker, 'token', token, 'attempt', t[3], 'reason', reason})
-local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey, reason, nowMs(),
-  not retryable)
-return reply(1, {'outcome', outcome})
+return reply(1, {outcome = failAttempt(reason, nowMs(), not retryable)})

@@ -2,10 +2,14 @@
   cancelJob: stop a job that has not finished.
 
   Owners learn it at their next renew or write (code -4) and stop; queued
-  tasks are marked cancelled when a worker next picks them up.
+  tasks are marked cancelled when a worker next picks them up. The job's
+  keys start their retention clock.
 
   KEYS[1] job hash         rf:{job}:job
   KEYS[2] job event stream rf:{job}:events
+  KEYS[3] lease index      rf:{job}:leases
+  KEYS[4] queued index     rf:{job}:queued
+  KEYS[5] task set         rf:{job}:tasks
 
   ARGV[1] reason
 
@@ -21,8 +25,9 @@
 local jobKey, stream = KEYS[1], KEYS[2]
 local status = redis.call('HGET', jobKey, 'status')
 if not status then return reply(-1) end
-if isTerminalJob(status) then return reply(-4, {'job_status', status}) end
+if isTerminalJob(status) then return reply(-4, {job_status = status}) end
 redis.call('HSET', jobKey, 'status', 'cancelled', 'reason', ARGV[1], 'finished_ms', nowMs())
 emit(stream, jobMaxlen(jobKey), {'event', 'job.cancelled', 'job_id',
   redis.call('HGET', jobKey, 'job_id'), 'reason', ARGV[1]})
+expireJob(jobKey, stream, KEYS[3], KEYS[4], KEYS[5])
 return reply(1)

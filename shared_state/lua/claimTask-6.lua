@@ -11,12 +11,14 @@
   KEYS[3] job event stream rf:{job}:events
   KEYS[4] lease index      rf:{job}:leases   (zset task_id -> lease deadline ms)
   KEYS[5] queued index     rf:{job}:queued   (zset task_id -> queued since ms)
+  KEYS[6] task set         rf:{job}:tasks
 
   ARGV[1] worker id
   ARGV[2] lease length in ms
 
   Returns {code, data, events}
-     1  claimed; data = the task's fields after the claim (token, lease_until, ...)
+     1  claimed; data = {task = the task's fields after the claim,
+                         job = the job's fields}
     -1  no such task
     -2  not claimable; data = status, owner, lease_until
     -4  the job has finished; the task is marked cancelled
@@ -41,21 +43,21 @@ if isTerminalJob(jobStatus) then
       'finished_ms', now)
     redis.call('ZREM', leasesKey, t[4])
     redis.call('ZREM', queuedKey, t[4])
+    expireTask(taskKey, jobKey)
   end
-  return reply(-4, {'job_status', jobStatus})
+  return reply(-4, {job_status = jobStatus})
 end
 
 if status == 'claimed' and tonumber(t[2]) <= now then
-  local outcome = failAttempt(taskKey, jobKey, stream, leasesKey, queuedKey,
-    'lease expired (owner ' .. t[3] .. ')', now)
+  local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false)
   if outcome ~= 'requeued' then
-    return reply(-2, {'status', outcome, 'owner', '', 'lease_until', 0})
+    return reply(-2, {status = outcome, owner = '', lease_until = 0})
   end
   status = 'queued'
 end
 
 if status ~= 'queued' then
-  return reply(-2, {'status', status, 'owner', t[3], 'lease_until', t[2]})
+  return reply(-2, {status = status, owner = t[3], lease_until = t[2]})
 end
 
 local leaseUntil = now + leaseMs
@@ -67,7 +69,7 @@ redis.call('ZREM', queuedKey, t[4])
 if jobStatus == 'queued' then
   redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
 end
-local fields = redis.call('HGETALL', taskKey)
+local task = hashToMap(redis.call('HGETALL', taskKey))
 emit(stream, jobMaxlen(jobKey), {'event', 'task.claimed', 'task_id', t[4], 'worker', worker,
-  'token', token, 'lease_until', leaseUntil, 'attempt', redis.call('HGET', taskKey, 'attempt')})
-return reply(1, fields)
+  'token', token, 'lease_until', leaseUntil, 'attempt', task['attempt']})
+return reply(1, {task = task, job = hashToMap(redis.call('HGETALL', jobKey))})

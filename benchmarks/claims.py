@@ -1,0 +1,658 @@
+"""Claim benchmarks: redfleet's Lua claims against the alternatives, side by side in one run.
+
+Everything runs on a private redis-server started on a free port (never the
+machine's own Redis), stopped at the end. Measured:
+
+1. Contention. N real queued tasks (children spawned by a real root task); P
+   processes race over all of them in the same order (``--order shuffled``:
+   each in its own order, which lowers contention), and for each task try to
+   claim it and, if they won, complete it. Once with redfleet's
+   Lua scripts (``State.tasks.claim`` / ``complete``), once with the optimistic
+   WATCH/MULTI transactions of ``WatchTasks`` below, on fresh tasks. Rates are
+   claim+complete cycles (= N) and claim attempts (= P x N) per second of wall
+   time, from a shared start barrier to the last process done.
+   ``lua_vs_watch`` = Lua cycles/s / WATCH cycles/s (goal >= 3).
+2. Ceiling. P processes call EVALSHA of ``return 1`` in a loop; P processes
+   claim fresh tasks once each (a disjoint share per process) with
+   ``State.tasks.claim``. ``claims_vs_evalsha`` = claims/s / EVALSHA calls/s
+   (goal >= 0.5).
+3. End to end. A ``Fleet`` of W worker processes runs K noop jobs (fanout 3:
+   7 task executions each — 3 planner, 3 coder, 1 reviewer — counted from the
+   ``task.claimed`` events), its roles split like that work (3 planners, 3
+   coders, 1 reviewer, as a user would size it); W plain ``rq.SimpleWorker``
+   processes on one queue run as many no-op RQ jobs. Both clocks start after every worker has
+   registered (start-up is not counted) and stop at the last finish time
+   recorded in Redis. ``fleet_vs_rq`` = fleet tasks/s / RQ jobs/s (goal >= 0.7).
+
+For each phase the Redis command count and server CPU are recorded (and, end
+to end, the workers' CPU from /proc) to show where the time goes per task.
+
+Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--tasks N] [--procs P]
+
+Goals are reported, never enforced: the exit code does not depend on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from rich.console import Console
+from rich.table import Table
+from rq import Queue, SimpleWorker, Worker
+from rq.job import Job as RQJob
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
+from rq.serializers import JSONSerializer
+
+from coordinator import logs
+from coordinator.fleet import Fleet, FleetSpec
+from shared_state import Child, Claim, JobSpec, RedisServer, Role, State, Task, TaskNotFound, keys
+
+GOALS = {"lua_vs_watch": 3.0, "claims_vs_evalsha": 0.5, "fleet_vs_rq": 0.7}
+RQ_QUEUE = "bench.noop"
+NOOP = f"{Path(__file__).stem}.noop"  # importable by the --rq-worker processes
+LEASE_MS = 600_000
+FLEET = FleetSpec(planners=3, coders=3, reviewers=1, lease_ms=10_000, burst=False)
+FINISHED = {b"succeeded", b"failed", b"cancelled"}
+
+
+def noop() -> None:
+    """The plain RQ job: does nothing."""
+
+
+# -- the WATCH/MULTI alternative ---------------------------------------------------
+
+
+class WatchTasks:
+    """Claim and complete as optimistic transactions: WATCH, read, MULTI ... EXEC.
+
+    Same writes as the Lua scripts' main path (status, token, owner, lease, the
+    lease and queued indexes, one event), minus what WATCH makes costly: no
+    job-status check, no expired-lease takeover, no parent fan-in, client clock.
+    """
+
+    def __init__(self, client: redis.Redis, job_id: str) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.retries = 0
+
+    def claim(self, task_id: str, worker: str, lease_ms: int) -> int | None:
+        """The new fencing token, or None when the task is not queued."""
+        key = keys.task(self.job_id, task_id)
+        with self.client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    status, _token, _lease = pipe.hmget(key, "status", "token", "lease_until")
+                    if status is None:
+                        raise TaskNotFound(task_id)
+                    if status != b"queued":
+                        return None
+                    now = int(time.time() * 1000)
+                    pipe.multi()
+                    pipe.hincrby(key, "token", 1)
+                    pipe.hset(
+                        key,
+                        mapping={
+                            "status": "claimed",
+                            "owner": worker,
+                            "lease_until": now + lease_ms,
+                            "claimed_ms": now,
+                        },
+                    )
+                    pipe.zadd(keys.leases(self.job_id), {task_id: now + lease_ms})
+                    pipe.zrem(keys.queued(self.job_id), task_id)
+                    pipe.xadd(
+                        keys.job_events(self.job_id),
+                        {"event": "task.claimed", "task_id": task_id, "worker": worker},
+                        maxlen=10_000,
+                        approximate=True,
+                    )
+                    return int(pipe.execute()[0])
+                except redis.WatchError:
+                    self.retries += 1
+
+    def complete(self, task_id: str, token: int, worker: str) -> bool:
+        """False when fenced (the task is no longer claimed with ``token``)."""
+        key = keys.task(self.job_id, task_id)
+        with self.client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    status, current = pipe.hmget(key, "status", "token")
+                    if status != b"claimed" or int(current or 0) != token:
+                        return False
+                    now = int(time.time() * 1000)
+                    pipe.multi()
+                    pipe.hset(
+                        key, mapping={"status": "succeeded", "lease_until": 0, "finished_ms": now}
+                    )
+                    pipe.zrem(keys.leases(self.job_id), task_id)
+                    pipe.xadd(
+                        keys.job_events(self.job_id),
+                        {"event": "task.succeeded", "task_id": task_id, "worker": worker},
+                        maxlen=10_000,
+                        approximate=True,
+                    )
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    self.retries += 1
+
+
+# -- racing processes -------------------------------------------------------------
+
+
+def _claim_of(task: Task, worker: str) -> Claim:
+    return Claim(
+        task_id=task.task_id,
+        job_id=task.job_id,
+        role=task.role,
+        owner=worker,
+        token=task.token,
+        lease_until=task.lease_until,
+    )
+
+
+def _race_lua(url: str, job_id: str, task_ids: list[str]) -> Callable[[], dict[str, int]]:
+    state = State.connect(url)
+    worker = f"lua-{os.getpid()}"
+
+    def work() -> dict[str, int]:
+        won = 0
+        for task_id in task_ids:
+            task = state.tasks.claim(job_id, task_id, worker, LEASE_MS)
+            if task is not None:
+                state.tasks.complete(_claim_of(task, worker), task.parent_id, "ok")
+                won += 1
+        return {"won": won, "attempts": len(task_ids), "retries": 0}
+
+    return work
+
+
+def _race_watch(url: str, job_id: str, task_ids: list[str]) -> Callable[[], dict[str, int]]:
+    store = WatchTasks(redis.Redis.from_url(url), job_id)
+    worker = f"watch-{os.getpid()}"
+
+    def work() -> dict[str, int]:
+        won = 0
+        for task_id in task_ids:
+            token = store.claim(task_id, worker, LEASE_MS)
+            if token is not None and store.complete(task_id, token, worker):
+                won += 1
+        return {"won": won, "attempts": len(task_ids), "retries": store.retries}
+
+    return work
+
+
+def _claim_only(url: str, job_id: str, task_ids: list[str]) -> Callable[[], dict[str, int]]:
+    state = State.connect(url)
+    worker = f"claim-{os.getpid()}"
+
+    def work() -> dict[str, int]:
+        won = sum(state.tasks.claim(job_id, t, worker, LEASE_MS) is not None for t in task_ids)
+        return {"won": won, "attempts": len(task_ids), "retries": 0}
+
+    return work
+
+
+def _evalsha(url: str, sha: str, calls: int) -> Callable[[], dict[str, int]]:
+    client = redis.Redis.from_url(url)
+
+    def work() -> dict[str, int]:
+        for _ in range(calls):
+            client.evalsha(sha, 0)
+        return {"won": calls, "attempts": calls, "retries": 0}
+
+    return work
+
+
+def _child(make: Callable[..., Any], args: tuple, barrier: Any, out: Any) -> None:
+    """Set up, wait for every process at the barrier, work, report the times."""
+    try:
+        work = make(*args)
+        barrier.wait(timeout=60)
+        start = time.monotonic()  # system-wide on Linux: comparable across processes
+        counts = work()
+        out.put({**counts, "start": start, "end": time.monotonic()})
+    except Exception as exc:
+        out.put({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+def _race(make: Callable[..., Any], per_proc: list[tuple], timeout_s: float = 120) -> dict:
+    """Run one process per argument tuple; totals and wall time (barrier to last done)."""
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    barrier, out = ctx.Barrier(len(per_proc)), ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(make, a, barrier, out)) for a in per_proc]
+    results: list[dict] = []
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        while len(results) < len(procs):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{make.__name__}: processes did not finish in {timeout_s}s")
+            try:
+                results.append(out.get(timeout=0.5))
+            except queue_mod.Empty:
+                continue
+            if "error" in results[-1]:
+                raise RuntimeError(f"{make.__name__} process failed: {results[-1]['error']}")
+        for p in procs:
+            p.join(timeout=10)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    totals = {k: sum(r[k] for r in results) for k in ("won", "attempts", "retries")}
+    return {**totals, "wall_s": wall}
+
+
+# -- measuring Redis and processes ---------------------------------------------------
+
+
+class Probe:
+    """Redis commands and CPU (server, and given pids from /proc) between start and stop.
+
+    Command counts include the commands that scripts run (commandstats counts both).
+    """
+
+    def __init__(self, client: redis.Redis, pids: list[int] | None = None) -> None:
+        self.client = client
+        self.pids = pids or []
+
+    def _cpu(self) -> tuple[float, float]:
+        info = self.client.info("cpu")
+        server = info["used_cpu_sys"] + info["used_cpu_user"]
+        return server, sum(_proc_cpu_s(pid) for pid in self.pids)
+
+    def start(self) -> Probe:
+        self.client.config_resetstat()
+        self._cpu0 = self._cpu()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        server, workers = self._cpu()
+        stats = self.client.info("commandstats")
+        calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+        top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+        doc = {
+            "redis_cmds": sum(calls.values()),
+            "redis_cpu_s": round(server - self._cpu0[0], 3),
+            "top_cmds": dict(top),
+        }
+        if self.pids:
+            doc["worker_cpu_s"] = round(workers - self._cpu0[1], 3)
+        return doc
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc); 0 when unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_for(
+    condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.02
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _redis_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return sec * 1000 + usec // 1000
+
+
+# -- the phases ------------------------------------------------------------------------
+
+
+def fresh_tasks(state: State, n: int) -> tuple[str, list[str]]:
+    """A job whose claimed root spawned ``n`` queued coder tasks; (job id, task ids)."""
+    job = state.jobs.submit(JobSpec(goal="benchmark: claims", fanout=1))
+    root = state.tasks.claim(job.job_id, job.root_task, "bench-setup", LEASE_MS)
+    if root is None:
+        raise RuntimeError(f"could not claim the root task of {job.job_id}")
+    children = [Child(Role.CODER, f"bench {i}") for i in range(n)]
+    ids = state.tasks.spawn(_claim_of(root, "bench-setup"), "bench", children)
+    state.client.delete(*(q.key for q in state.delivery.queues.values()))  # no envelopes
+    return job.job_id, ids
+
+
+def bench_contention(state: State, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = {}
+    for name, make in (("lua", _race_lua), ("watch", _race_watch)):
+        job_id, ids = fresh_tasks(state, args.tasks)
+        if args.order == "same":
+            orders = [ids] * args.procs
+        else:
+            orders = [random.Random(args.seed + i).sample(ids, len(ids)) for i in range(args.procs)]
+        probe = Probe(state.client).start()
+        res = _race(make, [(url, job_id, order) for order in orders])
+        res["redis"] = probe.stop()
+        if res["won"] != args.tasks:
+            res["warning"] = f"{res['won']} of {args.tasks} tasks completed"
+        out[name] = res
+    return out
+
+
+def bench_ceiling(state: State, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    sha = state.client.script_load("return 1")
+    probe = Probe(state.client).start()
+    evalsha = _race(_evalsha, [(url, sha, args.calls)] * args.procs)
+    evalsha["redis"] = probe.stop()
+    job_id, ids = fresh_tasks(state, args.tasks)
+    probe = Probe(state.client).start()
+    claims = _race(_claim_only, [(url, job_id, ids[i :: args.procs]) for i in range(args.procs)])
+    claims["redis"] = probe.stop()
+    return {"evalsha": evalsha, "claim": claims}
+
+
+def bench_fleet(state: State, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    state.client.flushdb()
+    workers = len(FLEET.roles())
+    fleet = Fleet(State.connect(url), url, FLEET, drain_timeout_s=10)
+    thread = threading.Thread(target=fleet.run, name="bench-fleet", daemon=True)
+    thread.start()
+    try:
+        _wait_for(
+            lambda: (
+                len(state.workers.list()) >= workers
+                and len(Worker.all(connection=state.client)) >= workers
+            ),
+            60,
+            "the fleet's workers to register",
+        )
+        slots = [(s.role.value, s.process.pid) for s in fleet.slots if s.process]
+        probe = Probe(state.client, [pid for _, pid in slots]).start()
+        cpu0 = [_proc_cpu_s(pid) for _, pid in slots]
+        start_ms = _redis_ms(state.client)
+        spec = JobSpec(goal="benchmark: noop job", fanout=args.fanout)
+        job_ids = [state.jobs.submit(spec).job_id for _ in range(args.jobs)]
+
+        pending, done, polled = set(job_ids), {}, 0
+
+        def all_finished() -> bool:
+            # Only unfinished jobs are read, rarely: the clock stops at Redis' finished_ms.
+            nonlocal polled
+            ids = sorted(pending)
+            pipe = state.client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hmget(keys.job(job_id), "status", "finished_ms")
+            polled += len(ids)
+            for job_id, row in zip(ids, pipe.execute(), strict=True):
+                if row[0] in FINISHED:
+                    done[job_id] = row
+                    pending.discard(job_id)
+            return not pending
+
+        _wait_for(all_finished, 90, "the fleet to finish every job", every_s=0.2)
+        redis_doc = probe.stop()
+        by_role: dict[str, float] = {}
+        for (role, pid), before in zip(slots, cpu0, strict=True):
+            by_role[role] = round(by_role.get(role, 0) + _proc_cpu_s(pid) - before, 3)
+    finally:
+        fleet.request_stop()
+        thread.join(timeout=30)
+    redis_doc["redis_cmds"] -= polled
+    redis_doc["bench_poll_cmds"] = polled
+    wall = (max(int(r[1]) for r in done.values()) - start_ms) / 1000
+    events = [e for j in job_ids for e in state.events.read(j, last=100_000)]
+    claimed = [e for e in events if e.event == "task.claimed"]
+    executions = len(claimed)
+    roles = [(e.worker or "").split("-", 1)[0] for e in claimed]  # worker ids start with a role
+    per_role = {r.value: roles.count(r.value) for r in Role}
+    failed = sum(r[0] != b"succeeded" for r in done.values())
+    return {
+        "jobs": args.jobs,
+        "failed_jobs": failed,
+        "tasks": executions,
+        "tasks_by_role": per_role,
+        "fenced_events": sum(e.event == "task.fenced" for e in events),
+        "worker_cpu_s_by_role": by_role,
+        "wall_s": wall,
+        "workers": workers,
+        "redis": redis_doc,
+    }
+
+
+def bench_rq(state: State, url: str, args: argparse.Namespace, n_jobs: int) -> dict[str, Any]:
+    state.client.flushdb()
+    command = [sys.executable, str(Path(__file__).resolve()), "--rq-worker", "--url", url]
+    workers = len(FLEET.roles())
+    procs = [subprocess.Popen(command, stdin=subprocess.DEVNULL) for _ in range(workers)]
+    try:
+        _wait_for(
+            lambda: len(Worker.all(connection=state.client)) >= workers,
+            60,
+            "the RQ workers to register",
+        )
+        rq_queue = Queue(RQ_QUEUE, connection=state.client, serializer=JSONSerializer)
+        finished = FinishedJobRegistry(queue=rq_queue)
+        failed = FailedJobRegistry(queue=rq_queue)
+        probe = Probe(state.client, [p.pid for p in procs]).start()
+        start_ms = _redis_ms(state.client)
+        datas = [
+            Queue.prepare_data(NOOP, timeout=-1, result_ttl=600, failure_ttl=3600)
+            for _ in range(n_jobs)
+        ]
+        jobs = rq_queue.enqueue_many(datas)
+        _wait_for(
+            lambda: finished.count + failed.count >= n_jobs,
+            90,
+            "the RQ workers to finish",
+            every_s=0.2,
+        )
+        redis_doc = probe.stop()
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    ended = [
+        j.ended_at
+        for j in RQJob.fetch_many([j.id for j in jobs], state.client, JSONSerializer)
+        if j and j.ended_at
+    ]
+    wall = (max(e.timestamp() for e in ended) * 1000 - start_ms) / 1000
+    return {
+        "jobs": n_jobs,
+        "failed_jobs": failed.count,
+        "wall_s": wall,
+        "workers": workers,
+        "redis": redis_doc,
+    }
+
+
+def rq_worker(url: str) -> None:
+    """Body of a ``--rq-worker`` process: a plain SimpleWorker on the benchmark queue."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # so that NOOP imports
+    client = redis.Redis.from_url(url)
+    rq_queue = Queue(RQ_QUEUE, connection=client, serializer=JSONSerializer)
+    worker = SimpleWorker([rq_queue], connection=client, serializer=JSONSerializer)
+    worker.work(logging_level="WARNING", with_scheduler=False)
+
+
+# -- the report --------------------------------------------------------------------
+
+
+def _rate(count: float, wall_s: float) -> float:
+    return round(count / wall_s, 1) if wall_s > 0 else 0.0
+
+
+def _per(doc: dict[str, Any], n: int) -> dict[str, float]:
+    red = doc["redis"]
+    per = {"redis_cmds": red["redis_cmds"] / n, "redis_cpu_ms": red["redis_cpu_s"] * 1000 / n}
+    if "worker_cpu_s" in red:
+        per["worker_cpu_ms"] = red["worker_cpu_s"] * 1000 / n
+    return {k: round(v, 3) for k, v in per.items()}
+
+
+def summarize(res: dict[str, Any], params: dict[str, Any], version: str) -> dict[str, Any]:
+    lua, watch = res["contention"]["lua"], res["contention"]["watch"]
+    evalsha, claim = res["ceiling"]["evalsha"], res["ceiling"]["claim"]
+    fleet, rq = res["fleet"], res["rq"]
+    rates = {
+        "lua_cycles_per_s": _rate(lua["won"], lua["wall_s"]),
+        "lua_attempts_per_s": _rate(lua["attempts"], lua["wall_s"]),
+        "watch_cycles_per_s": _rate(watch["won"], watch["wall_s"]),
+        "watch_attempts_per_s": _rate(watch["attempts"], watch["wall_s"]),
+        "watch_retries": watch["retries"],
+        "evalsha_calls_per_s": _rate(evalsha["won"], evalsha["wall_s"]),
+        "claims_per_s": _rate(claim["won"], claim["wall_s"]),
+        "fleet_tasks_per_s": _rate(fleet["tasks"], fleet["wall_s"]),
+        "fleet_jobs_per_s": _rate(fleet["jobs"], fleet["wall_s"]),
+        "rq_jobs_per_s": _rate(rq["jobs"], rq["wall_s"]),
+    }
+
+    def ratio(a: str, b: str) -> float:
+        return round(rates[a] / rates[b], 3) if rates[b] else 0.0
+
+    per_unit = {
+        "lua_per_attempt": _per(lua, lua["attempts"]),
+        "watch_per_attempt": _per(watch, watch["attempts"]),
+        "evalsha_per_call": _per(evalsha, evalsha["won"]),
+        "claim_per_claim": _per(claim, claim["won"]),
+        "fleet_per_task": _per(fleet, max(fleet["tasks"], 1)),
+        "rq_per_job": _per(rq, rq["jobs"]),
+    }
+    return {
+        "lua_vs_watch": ratio("lua_cycles_per_s", "watch_cycles_per_s"),
+        "claims_vs_evalsha": ratio("claims_per_s", "evalsha_calls_per_s"),
+        "fleet_vs_rq": ratio("fleet_tasks_per_s", "rq_jobs_per_s"),
+        "rates": rates,
+        "params": params,
+        "redis_version": version,
+        "goals": GOALS,
+        "per_unit": per_unit,
+        "raw": res,
+    }
+
+
+def print_table(doc: dict[str, Any], console: Console) -> None:
+    r, p = doc["rates"], doc["params"]
+    table = Table(title=f"redfleet claims benchmark (redis {doc['redis_version']})")
+    for col in ("measurement", "ops/s", "detail"):
+        table.add_column(col, justify="right" if col == "ops/s" else "left")
+    procs, w = p["procs"], p["workers"]
+    rows = [
+        (f"Lua claim+complete, {procs} procs", "lua_cycles_per_s",
+         f"{r['lua_attempts_per_s']:,.0f} attempts/s, {p['tasks']} tasks"),
+        (f"WATCH/MULTI claim+complete, {procs} procs", "watch_cycles_per_s",
+         f"{r['watch_attempts_per_s']:,.0f} attempts/s, {r['watch_retries']} retries"),
+        (f"EVALSHA 'return 1', {procs} procs", "evalsha_calls_per_s", f"{p['calls']} calls/proc"),
+        (f"Lua claim only, {procs} procs", "claims_per_s", f"{p['tasks']} tasks, each once"),
+        (f"fleet noop tasks, {w} workers", "fleet_tasks_per_s",
+         f"{p['jobs']} jobs = {doc['raw']['fleet']['tasks']} task executions"),
+        (f"plain RQ no-op jobs, {w} workers", "rq_jobs_per_s", "SimpleWorker, one queue"),
+    ]  # fmt: skip
+    for name, key, detail in rows:
+        table.add_row(name, f"{r[key]:,.0f}", detail)
+    table.add_section()
+    for name, goal in doc["goals"].items():
+        value = doc[name]
+        verdict = "[green]PASS[/]" if value >= goal else "[red]MISS[/]"
+        table.add_row(name, f"{value:.2f}", f"goal >= {goal}  {verdict}")
+    console.print(table)
+    per = Table(title="per unit (Redis commands, Redis CPU ms, worker CPU ms)")
+    for col in ("unit", "redis cmds", "redis cpu ms", "worker cpu ms"):
+        per.add_column(col)
+    for unit, v in doc["per_unit"].items():
+        worker = v.get("worker_cpu_ms")
+        per.add_row(
+            unit,
+            f"{v['redis_cmds']:.2f}",
+            f"{v['redis_cpu_ms']:.3f}",
+            "-" if worker is None else f"{worker:.2f}",
+        )
+    console.print(per)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--quick", action="store_true", help="a small run (smoke test)")
+    parser.add_argument("--tasks", type=int, help="tasks per contention run (default 2000)")
+    parser.add_argument("--procs", type=int, default=8, help="racing processes (default 8)")
+    parser.add_argument("--calls", type=int, help="EVALSHA calls per process (default 5000)")
+    parser.add_argument("--jobs", type=int, help="fleet jobs (default 40)")
+    parser.add_argument("--fanout", type=int, default=3, help="coders per fleet job")
+    parser.add_argument(
+        "--order",
+        choices=("same", "shuffled"),
+        default="same",
+        help="task order of the racing processes (default: same, the most contention)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the shuffled orders")
+    parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    defaults = (300, 1000, 10) if args.quick else (2000, 5000, 40)
+    for name, default in zip(("tasks", "calls", "jobs"), defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.rq_worker:
+        rq_worker(args.url)
+        return
+    os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by fleet workers
+    logs.configure(os.environ["REDFLEET_LOG_LEVEL"])
+    console = Console(stderr=args.json)
+    with RedisServer() as server:
+        state = State.connect(server.url)
+        version = state.client.info("server")["redis_version"]
+        res: dict[str, Any] = {}
+        with console.status("contention: Lua vs WATCH/MULTI"):
+            res["contention"] = bench_contention(state, server.url, args)
+        with console.status("ceiling: EVALSHA and single claims"):
+            res["ceiling"] = bench_ceiling(state, server.url, args)
+        with console.status("end to end: fleet"):
+            res["fleet"] = bench_fleet(state, server.url, args)
+        with console.status("end to end: plain RQ"):
+            res["rq"] = bench_rq(state, server.url, args, res["fleet"]["tasks"])
+        state.client.close()
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "rq_worker", "url")}
+    params["workers"] = len(FLEET.roles())
+    params["fleet"] = {"planners": FLEET.planners, "coders": FLEET.coders,
+                       "reviewers": FLEET.reviewers, "lease_ms": FLEET.lease_ms}  # fmt: skip
+    doc = summarize(res, params, version)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_table(doc, console)
+
+
+if __name__ == "__main__":
+    main()
