@@ -59,7 +59,7 @@ from rq.serializers import JSONSerializer
 
 from coordinator import logs
 from coordinator.fleet import Fleet, FleetSpec
-from shared_state import Child, Claim, JobSpec, RedisServer, Role, State, Task, TaskNotFound, keys
+from shared_state import Child, JobSpec, RedisServer, Role, State, TaskNotFound, keys
 
 GOALS = {"lua_vs_watch": 3.0, "claims_vs_evalsha": 0.5, "fleet_vs_rq": 0.7}
 RQ_QUEUE = "bench.noop"
@@ -156,17 +156,6 @@ class WatchTasks:
 # -- racing processes -------------------------------------------------------------
 
 
-def _claim_of(task: Task, worker: str) -> Claim:
-    return Claim(
-        task_id=task.task_id,
-        job_id=task.job_id,
-        role=task.role,
-        owner=worker,
-        token=task.token,
-        lease_until=task.lease_until,
-    )
-
-
 def _race_lua(url: str, job_id: str, task_ids: list[str]) -> Callable[[], dict[str, int]]:
     state = State.connect(url)
     worker = f"lua-{os.getpid()}"
@@ -174,9 +163,9 @@ def _race_lua(url: str, job_id: str, task_ids: list[str]) -> Callable[[], dict[s
     def work() -> dict[str, int]:
         won = 0
         for task_id in task_ids:
-            task = state.tasks.claim(job_id, task_id, worker, LEASE_MS)
-            if task is not None:
-                state.tasks.complete(_claim_of(task, worker), task.parent_id, "ok")
+            claimed = state.tasks.claim(job_id, task_id, worker, LEASE_MS)
+            if claimed is not None:
+                state.tasks.complete(claimed.claim, claimed.task.parent_id, "ok")
                 won += 1
         return {"won": won, "attempts": len(task_ids), "retries": 0}
 
@@ -338,7 +327,7 @@ def fresh_tasks(state: State, n: int) -> tuple[str, list[str]]:
     if root is None:
         raise RuntimeError(f"could not claim the root task of {job.job_id}")
     children = [Child(Role.CODER, f"bench {i}") for i in range(n)]
-    ids = state.tasks.spawn(_claim_of(root, "bench-setup"), "bench", children)
+    ids = state.tasks.spawn(root.claim, "bench", children)
     state.client.delete(*(q.key for q in state.delivery.queues.values()))  # no envelopes
     return job.job_id, ids
 

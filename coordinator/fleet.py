@@ -17,13 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
 from shared_state import Role, State
 
 from .reaper import Reaper
+from .settings import Settings
 
 log = structlog.get_logger("redfleet.fleet")
 
@@ -60,11 +61,12 @@ class _Slot:
 
 @dataclass
 class FleetReport:
+    """What happened while the fleet ran (``redfleet up --json`` prints it)."""
+
     restarts: int = 0
     reaped: int = 0
     dead: int = 0
     redelivered: int = 0
-    slots: list[str] = field(default_factory=list)
 
 
 class Fleet:
@@ -87,6 +89,19 @@ class Fleet:
         self.slots = [_Slot(role) for role in spec.roles()]
         self.stopping = threading.Event()
         self.report = FleetReport()
+
+    @classmethod
+    def from_settings(
+        cls, state: State, redis_url: str, spec: FleetSpec, settings: Settings
+    ) -> Fleet:
+        return cls(
+            state,
+            redis_url,
+            spec,
+            reap_interval_ms=settings.reap_interval_ms,
+            redeliver_after_ms=settings.redeliver_after_ms,
+            drain_timeout_s=settings.drain_timeout_s,
+        )
 
     def _spawn(self, slot: _Slot) -> None:
         env = {**os.environ, "REDIS_URL": self.redis_url}

@@ -21,6 +21,9 @@ def _iso(ms: int) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
 
 
+TASK_COLUMNS = ["task_id", "role", "status", "attempts", "owner", "token", "parent_id", "stage"]
+
+
 def task_doc(task: Task) -> dict[str, Any]:
     return {
         "task_id": task.task_id,

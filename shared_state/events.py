@@ -4,9 +4,11 @@ Lua scripts append to the job stream atomically with the state change they
 make, so a job's stream is authoritative. The global stream (``rf:events``)
 is a mirror for ``redfleet logs`` across jobs; Cluster-safety forbids a script
 to touch it together with a job's keys, so the events a script returns are
-queued here and written in the same round trip as the caller's next write
-(or its next heartbeat). A worker killed with SIGKILL may thus miss its last
-entries in the global mirror, never in the job stream.
+queued here and written in batches: in the same round trip as the caller's
+next write once ``MIRROR_BATCH`` entries are queued, and at every worker
+heartbeat (at most a second apart), reaper tick and close. The mirror thus
+lags by up to a second, and a worker killed with SIGKILL may miss its last
+entries there — never in the job stream.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .models import Event
 
 DEFAULT_JOB_MAXLEN = 10_000
 DEFAULT_GLOBAL_MAXLEN = 100_000
+MIRROR_BATCH = 32
 
 
 def _text(value: Any) -> str:
@@ -45,7 +48,7 @@ class EventLog:
         for fields in events:
             copy = {k: v for k, v in fields.items() if k != "id"}
             copy["job_id"] = job_id
-            copy["ts_ms"] = fields["id"].split("-", 1)[0]
+            copy["ts_ms"] = fields["id"].split("-", 1)[0]  # the job stream's own time
             mirrored.append(copy)
         with self._lock:
             self._pending.extend(mirrored)
@@ -57,6 +60,14 @@ class EventLog:
 
     def take_pending(self) -> list[dict[str, str]]:
         with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    def take_batch(self) -> list[dict[str, str]]:
+        """The queued entries if a full batch is waiting, else nothing."""
+        with self._lock:
+            if len(self._pending) < MIRROR_BATCH:
+                return []
             pending, self._pending = self._pending, []
         return pending
 

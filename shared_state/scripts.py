@@ -92,8 +92,8 @@ def load(client: redis.Redis, name: str) -> None:
 class Runner:
     """Calls scripts for one client, mirroring the events they emit.
 
-    Mirror entries queued by earlier calls ride in the same pipeline as the
-    next EVALSHA, so a worker's write stays one round trip.
+    Once a batch of global-mirror entries has queued up, it rides in the same
+    pipeline as the next EVALSHA, so a worker's write stays one round trip.
     """
 
     def __init__(self, client: redis.Redis, events: EventLog) -> None:
@@ -101,7 +101,7 @@ class Runner:
         self.events = events
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
-        pending = self.events.take_pending()
+        pending = self.events.take_batch()
         try:
             raw = self._call(name, keys, args, pending)
         except (redis.ConnectionError, redis.TimeoutError) as exc:

@@ -50,5 +50,14 @@ class State:
         return cls(client, **options)
 
     def close(self) -> None:
-        self.events.flush()
-        self.client.close()
+        """Flush the queued global-mirror entries, then close the connection."""
+        try:
+            self.events.flush()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> State:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

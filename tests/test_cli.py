@@ -71,11 +71,24 @@ def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
     assert events[2]["worker"] == "w-test" and events[2]["token"] == 1 and "ts" in events[2]
 
 
-def test_cancel_marks_the_job_cancelled(state: State, redis_url) -> None:
+def test_cancel_marks_the_job_cancelled_and_is_idempotent(state: State, redis_url) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    assert run("cancel", job.job_id, url=redis_url).returncode == 0
+    first = run("cancel", job.job_id, "--json", url=redis_url)
+    assert json.loads(first.stdout) == {
+        "job_id": job.job_id,
+        "status": "cancelled",
+        "already": False,
+    }
     assert state.jobs.get(job.job_id).status == "cancelled"
-    _one_line_error(run("cancel", job.job_id, url=redis_url), "is cancelled")
+    again = run("cancel", job.job_id, "--json", url=redis_url)
+    assert again.returncode == 0 and json.loads(again.stdout)["already"] is True
+
+
+def test_cancelling_a_finished_job_is_an_error(state: State, redis_url) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
+    state.tasks.complete(root, "")
+    _one_line_error(run("cancel", job.job_id, url=redis_url), "is succeeded")
 
 
 def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -> None:
@@ -92,7 +105,6 @@ def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -
         (("status",), "nope://x", ["Redis URL"]),
         (("status",), "redis://127.0.0.1:{port}/0", ["cannot reach Redis"]),
         (("submit", "   "), "{url}", ["goal"]),
-        (("submit", "g", "--fanout", "0"), "{url}", ["fanout"]),
         (("status", "j-missing"), "{url}", ["no job 'j-missing'"]),
         (("logs", "j-missing"), "{url}", ["no job 'j-missing'"]),
         (("cancel", "j-missing"), "{url}", ["no job 'j-missing'"]),
@@ -103,6 +115,25 @@ def test_bad_input_is_one_line_naming_what_is_wrong_with_exit_code_2(
 ) -> None:
     url = url.format(url=redis_url, port=free_port())
     _one_line_error(run(*args, url=url), *needles)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("submit", "g", "--max-attempts", "0"), "--max-attempts"),
+        (("submit", "g", "--scenario", "bogus"), "--scenario"),
+        (("up", "--coders", "-1"), "--coders"),
+        (("worker",), "--role"),
+    ],
+)
+def test_bad_options_show_the_usage_and_the_option_with_exit_code_2(
+    redis_url, args, needle
+) -> None:
+    proc = run(*args, url=redis_url)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Usage: redfleet")
+    assert needle in proc.stderr.split("Error:", 1)[1]
 
 
 def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_path) -> None:

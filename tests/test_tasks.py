@@ -119,6 +119,7 @@ def test_cancel_stops_the_owner_at_its_next_renewal_and_blocks_claims(state: Sta
     state.jobs.cancel(job.job_id)
     with pytest.raises(JobFinished):
         state.tasks.renew(owner, 10_000)
+    assert state.tasks.get(job.job_id, ids[0]).status == TaskStatus.CANCELLED
     assert state.tasks.claim(job.job_id, ids[1], "w2", 10_000) is None
     assert state.tasks.get(job.job_id, ids[1]).status == TaskStatus.CANCELLED
     assert job.job_id not in state.jobs.active()

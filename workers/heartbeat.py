@@ -1,8 +1,8 @@
 """The heartbeat thread of a worker process: lease renewal and liveness.
 
 One thread per worker process. Every ``interval`` it renews the lease of the
-task the worker holds (if any) and records the worker's heartbeat (which
-also flushes queued global-stream mirror entries). A renewal refused because
+task the worker holds (if any), records the worker's heartbeat and flushes
+the queued global-stream mirror entries. A renewal refused because
 the token is stale or the job finished — or impossible because Redis stayed
 unreachable until the lease ran out — marks the lease lost; the task loop
 checks that between steps and stops without writing anything.
@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
 import structlog
 
 from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State
@@ -81,6 +82,10 @@ class Heartbeat(threading.Thread):
         while not self._stop.wait(self.interval_s):
             self.renew()
             self.beat()
+            try:
+                self.state.events.flush()
+            except redis.RedisError as exc:
+                log.warning("mirror.flush_failed", worker=self.worker_id, error=str(exc))
 
     def renew(self) -> None:
         with self._lock:

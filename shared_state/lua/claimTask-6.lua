@@ -39,11 +39,7 @@ local now = nowMs()
 local jobStatus = redis.call('HGET', jobKey, 'status')
 if isTerminalJob(jobStatus) then
   if status == 'queued' or status == 'claimed' or status == 'waiting' then
-    redis.call('HSET', taskKey, 'status', 'cancelled', 'owner', '', 'lease_until', 0,
-      'finished_ms', now)
-    redis.call('ZREM', leasesKey, t[4])
-    redis.call('ZREM', queuedKey, t[4])
-    expireTask(taskKey, jobKey)
+    cancelTask(taskKey, jobKey, leasesKey, queuedKey, t[4], now)
   end
   return reply(-4, {job_status = jobStatus})
 end

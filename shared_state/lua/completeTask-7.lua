@@ -23,7 +23,7 @@
         job_finished (true when the job succeeded with this task)
     -1  no such task
     -3  fenced (event task.fenced)
-    -4  the job has already finished
+    -4  the job has already finished; the task is marked cancelled
 
   Events: task.succeeded; task.queued for a re-queued parent; job.succeeded.
 ]]
@@ -37,7 +37,10 @@ local token, worker, result = ARGV[1], ARGV[2], ARGV[3]
 local refused = fence(taskKey, jobKey, stream, token, worker, 'complete')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
+if isTerminalJob(jobStatus) then
+  cancelTask(taskKey, jobKey, leasesKey, queuedKey, redis.call('HGET', taskKey, 'task_id'), nowMs())
+  return reply(-4, {job_status = jobStatus})
+end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)

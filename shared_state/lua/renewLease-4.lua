@@ -18,7 +18,8 @@
      1  renewed; data = lease_until
     -1  no such task
     -3  fenced: stale token or task no longer claimed (event task.fenced)
-    -4  the job has finished (cancelled, failed): stop working
+    -4  the job has finished (cancelled, failed): the task is marked cancelled;
+        stop working
 
   Events: task.renewed, or task.fenced.
 ]]
@@ -31,7 +32,11 @@ local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local refused = fence(taskKey, jobKey, stream, token, worker, 'renew')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
+if isTerminalJob(jobStatus) then
+  -- The owner learns here that its job ended: the task ends with it.
+  cancelTask(taskKey, jobKey, leasesKey, nil, redis.call('HGET', taskKey, 'task_id'), nowMs())
+  return reply(-4, {job_status = jobStatus})
+end
 
 local taskId = redis.call('HGET', taskKey, 'task_id')
 local leaseUntil = nowMs() + leaseMs

@@ -22,7 +22,7 @@
      1  spawned; data = children (count)
     -1  no such task
     -3  fenced (event task.fenced)
-    -4  the job has finished
+    -4  the job has finished; the task is marked cancelled
 
   Events: task.queued per child, then task.waiting.
 ]]
@@ -36,7 +36,10 @@ local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
 local refused = fence(parentKey, jobKey, stream, token, worker, 'spawn')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then return reply(-4, {job_status = jobStatus}) end
+if isTerminalJob(jobStatus) then
+  cancelTask(parentKey, jobKey, leasesKey, queuedKey, redis.call('HGET', parentKey, 'task_id'), nowMs())
+  return reply(-4, {job_status = jobStatus})
+end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)

@@ -11,6 +11,7 @@
                                 three elements long, cheap for clients to parse.
   expireTask / expireJob        start the retention clock of a finished task,
                                 or of a finished job's own keys.
+  cancelTask                    end a task of a finished job (status cancelled).
 ]]
 local emitted = {}
 
@@ -58,4 +59,12 @@ local function hashToMap(flat)
   local map = {}
   for i = 1, #flat, 2 do map[flat[i]] = flat[i + 1] end
   return map
+end
+
+local function cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
+  redis.call('HSET', taskKey, 'status', 'cancelled', 'owner', '', 'lease_until', 0,
+    'finished_ms', now)
+  redis.call('ZREM', leasesKey, taskId)
+  if queuedKey then redis.call('ZREM', queuedKey, taskId) end
+  expireTask(taskKey, jobKey)
 end
