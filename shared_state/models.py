@@ -60,6 +60,7 @@ class JobSpec(_Record):
     scenario: Scenario = Scenario.NOOP
     fanout: int = Field(default=3, ge=1, le=100)
     max_attempts: int = Field(default=3, ge=1, le=100)
+    token_budget: int = Field(default=0, ge=0, description="tokens all calls may use; 0: none")
 
     @field_validator("goal")
     @classmethod

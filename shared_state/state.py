@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import redis
 
+from .artifacts import ArtifactStore
+from .budget import TokenBudget
 from .delivery import Delivery
 from .errors import ConnectionFailed
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
@@ -48,6 +50,13 @@ class State:
         except redis.ResponseError as exc:
             raise ConnectionFailed(f"Redis at {url} refused: {exc}") from exc
         return cls(client, **options)
+
+    def budget(self, job_id: str) -> TokenBudget:
+        """The token budget every model call of ``job_id`` reserves from."""
+        return TokenBudget(self.runner, job_id)
+
+    def artifacts(self, job_id: str) -> ArtifactStore:
+        return ArtifactStore(self.client, job_id, retention_s=self.jobs.retention_s)
 
     def close(self) -> None:
         """Flush the queued global-mirror entries, then close the connection."""

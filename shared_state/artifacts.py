@@ -1,0 +1,166 @@
+"""Artifacts: content stored once in Redis, passed around by reference.
+
+Tasks, envelopes and model contexts carry an ``ArtifactRef`` — id, kind, size,
+title, a short preview, sha256, source and trust — never the payload. The
+content is addressed by its hash within a job, so storing the same bytes twice
+yields the same reference. Content from outside (web pages, files, tool
+output) is ``untrusted``: it is data, never instructions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from enum import StrEnum
+from typing import Protocol
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import keys
+from .errors import NotFound
+
+PREVIEW_CHARS = 600
+
+
+class Trust(StrEnum):
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+
+
+class ArtifactRef(BaseModel):
+    """A handle to stored content: what a context or a message carries instead of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: str
+    bytes: int
+    title: str = ""
+    preview: str = Field(default="", max_length=PREVIEW_CHARS)
+    sha256: str
+    source: str = ""
+    trust: Trust = Trust.UNTRUSTED
+
+    def handle(self) -> str:
+        """The one-line form a context shows in place of the content."""
+        return f"[artifact {self.id} {self.kind} {self.bytes}B {self.trust.value}: {self.title}]"
+
+
+class ArtifactNotFound(NotFound):
+    def __init__(self, artifact_id: str) -> None:
+        super().__init__(f"no artifact {artifact_id!r} (unknown, or expired)")
+        self.artifact_id = artifact_id
+
+
+def make_ref(content: str, *, kind: str, title: str, source: str, trust: Trust) -> ArtifactRef:
+    data = content.encode()
+    digest = hashlib.sha256(data).hexdigest()
+    return ArtifactRef(
+        id=f"a-{digest[:16]}",
+        kind=kind,
+        bytes=len(data),
+        title=title[:200],
+        preview=content[:PREVIEW_CHARS],
+        sha256=digest,
+        source=source,
+        trust=trust,
+    )
+
+
+class ArtifactSink(Protocol):
+    """Where content goes when a context keeps only its handle."""
+
+    def put(
+        self,
+        content: str,
+        *,
+        kind: str,
+        title: str = "",
+        source: str = "",
+        trust: Trust = Trust.UNTRUSTED,
+    ) -> ArtifactRef: ...
+
+    def text(self, artifact_id: str) -> str: ...
+
+
+class MemoryArtifacts:
+    """An in-process artifact store, for offline runs (the token-economy benchmark)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, tuple[ArtifactRef, str]] = {}
+
+    def put(
+        self,
+        content: str,
+        *,
+        kind: str,
+        title: str = "",
+        source: str = "",
+        trust: Trust = Trust.UNTRUSTED,
+    ) -> ArtifactRef:
+        ref = make_ref(content, kind=kind, title=title, source=source, trust=trust)
+        self._items.setdefault(ref.id, (ref, content))
+        return self._items[ref.id][0]
+
+    def text(self, artifact_id: str) -> str:
+        try:
+            return self._items[artifact_id][1]
+        except KeyError:
+            raise ArtifactNotFound(artifact_id) from None
+
+    def refs(self) -> list[ArtifactRef]:
+        return [ref for ref, _ in self._items.values()]
+
+
+class ArtifactStore:
+    """The artifacts of one job, in Redis (expiring with the job's retention)."""
+
+    def __init__(self, client: redis.Redis, job_id: str, *, retention_s: int) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.retention_s = retention_s
+
+    def put(
+        self,
+        content: str,
+        *,
+        kind: str,
+        title: str = "",
+        source: str = "",
+        trust: Trust = Trust.UNTRUSTED,
+    ) -> ArtifactRef:
+        ref = make_ref(content, kind=kind, title=title, source=source, trust=trust)
+        key = keys.artifact(self.job_id, ref.id)
+        with self.client.pipeline() as pipe:
+            pipe.hset(key, mapping={**ref.model_dump(mode="json"), "content": content})
+            pipe.expire(key, self.retention_s)
+            pipe.zadd(keys.artifacts(self.job_id), {ref.id: int(time.time() * 1000)}, nx=True)
+            pipe.execute()
+        return ref
+
+    def get(self, artifact_id: str) -> ArtifactRef:
+        raw = self.client.hgetall(keys.artifact(self.job_id, artifact_id))
+        if not raw:
+            raise ArtifactNotFound(artifact_id)
+        fields = {k.decode(): v.decode() for k, v in raw.items() if k != b"content"}
+        return ArtifactRef.model_validate(fields)
+
+    def text(self, artifact_id: str) -> str:
+        content = self.client.hget(keys.artifact(self.job_id, artifact_id), "content")
+        if content is None:
+            raise ArtifactNotFound(artifact_id)
+        return content.decode()
+
+    def list(self) -> list[ArtifactRef]:
+        ids = [i.decode() for i in self.client.zrange(keys.artifacts(self.job_id), 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for artifact_id in ids:
+            pipe.hgetall(keys.artifact(self.job_id, artifact_id))
+        return [
+            ArtifactRef.model_validate(
+                {k.decode(): v.decode() for k, v in raw.items() if k != b"content"}
+            )
+            for raw in pipe.execute()
+            if raw
+        ]

@@ -1,0 +1,55 @@
+"""The job-wide token budget, shared by every worker and subagent of a job.
+
+Each model call reserves its estimated tokens (``reserveTokens``, atomic)
+before it is sent and settles with the real usage afterwards; a call that
+would overrun the budget raises ``BudgetExceeded`` and is never sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import keys
+from .errors import BudgetExceeded, Code
+from .scripts import Runner
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    limit: int  # 0: no limit
+    used: int
+    reserved: int
+
+    @property
+    def remaining(self) -> int | None:
+        return None if not self.limit else self.limit - self.used - self.reserved
+
+
+class TokenBudget:
+    def __init__(self, runner: Runner, job_id: str) -> None:
+        self.runner = runner
+        self.job_id = job_id
+        self.key = keys.budget(job_id)
+
+    def set_limit(self, limit: int) -> None:
+        self.runner.client.hset(self.key, mapping={"limit": limit, "used": 0, "reserved": 0})
+
+    def reserve(self, tokens: int) -> BudgetState:
+        """Reserve ``tokens`` for one call; BudgetExceeded if it would overrun."""
+        res = self.runner.run("reserveTokens", self.job_id, [self.key], [tokens])
+        if res.code == Code.OVER_BUDGET:
+            raise BudgetExceeded(self.job_id, tokens, int(res.data["remaining"]))
+        return _state(res.data)
+
+    def settle(self, reserved: int, used: int) -> BudgetState:
+        """Release a reservation of ``reserved`` tokens, charging the ``used`` ones."""
+        res = self.runner.run("settleTokens", self.job_id, [self.key], [reserved, used])
+        return _state(res.data)
+
+    def state(self) -> BudgetState:
+        limit, used, reserved = self.runner.client.hmget(self.key, "limit", "used", "reserved")
+        return BudgetState(int(limit or 0), int(used or 0), int(reserved or 0))
+
+
+def _state(data: dict[str, int]) -> BudgetState:
+    return BudgetState(int(data["limit"]), int(data["used"]), int(data["reserved"]))
