@@ -1,13 +1,18 @@
 """Errors of the worker runtime.
 
-    WorkerError        root: anything the worker runtime raises itself
-    ├── LeaseLost      this worker no longer owns its task: stop, write nothing
-    └── NotInWorker    execute() was called outside a redfleet worker process
+    WorkerError                    root: anything the worker runtime raises itself
+    ├── LeaseLost                  this worker no longer owns its task: stop, write nothing
+    ├── NotInWorker                execute() was called outside a redfleet worker process
+    └── ContextError               a model call's context cannot be built within budget
+        ├── PromptTooLarge         a slot that may not shrink is over its budget
+        └── ContextCeilingExceeded the kill switch: the call would cross the hard ceiling
 
 State-layer errors (``shared_state.StateError``) pass through unchanged.
 """
 
 from __future__ import annotations
+
+from shared_state import ArtifactRef
 
 
 class WorkerError(Exception):
@@ -20,3 +25,30 @@ class LeaseLost(WorkerError):
 
 class NotInWorker(WorkerError):
     """``execute`` runs only inside a process started by ``redfleet worker``."""
+
+
+class ContextError(WorkerError):
+    """A context cannot be built within its budgets; the call is not made."""
+
+
+class PromptTooLarge(ContextError):
+    """A slot is over budget and may not shrink (the system prompt must be refactored)."""
+
+    def __init__(self, slot: str, tokens: int, budget: int) -> None:
+        super().__init__(f"slot {slot}: {tokens} tokens over its budget of {budget}")
+        self.slot = slot
+        self.tokens = tokens
+        self.budget = budget
+
+
+class ContextCeilingExceeded(ContextError):
+    """The kill switch: the context would cross the hard ceiling; a diagnostic was stored."""
+
+    def __init__(self, tokens: int, ceiling: int, diagnostic: ArtifactRef) -> None:
+        super().__init__(
+            f"context of {tokens} tokens would cross the ceiling of {ceiling}; "
+            f"diagnostic artifact {diagnostic.id}"
+        )
+        self.tokens = tokens
+        self.ceiling = ceiling
+        self.diagnostic = diagnostic

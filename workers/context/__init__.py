@@ -1,0 +1,64 @@
+"""The context engine: per-slot budgets, clearing, working state, cache-ordered prompts."""
+
+from .budgets import (
+    DEFAULT_BUDGETS,
+    ROLE_BUDGETS,
+    ClearingPolicy,
+    ContextBudgets,
+    Overflow,
+    Slot,
+    SlotBudget,
+)
+from .engine import Block, ContextEngine, ContextRequest, Prompt, Retrieved, ToolSpec
+from .identifiers import extract as extract_identifiers
+from .messages import Message, ToolCall, turns
+from .metrics import PRICES, CallLedger, CallRecord, Price, price_of
+from .strategies import (
+    ContextStrategy,
+    ExtractiveSummarizer,
+    Hybrid,
+    Naive,
+    Redfleet,
+    RollingSummary,
+    SlidingWindow,
+)
+from .tokens import ENCODING_FOR_MODEL, Tokenizer, tokenizer_for
+from .working_state import Decision, Fact, WorkingState
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "ENCODING_FOR_MODEL",
+    "PRICES",
+    "ROLE_BUDGETS",
+    "Block",
+    "CallLedger",
+    "CallRecord",
+    "ClearingPolicy",
+    "ContextBudgets",
+    "ContextEngine",
+    "ContextRequest",
+    "ContextStrategy",
+    "Decision",
+    "ExtractiveSummarizer",
+    "Fact",
+    "Hybrid",
+    "Message",
+    "Naive",
+    "Overflow",
+    "Price",
+    "Prompt",
+    "Redfleet",
+    "Retrieved",
+    "RollingSummary",
+    "SlidingWindow",
+    "Slot",
+    "SlotBudget",
+    "Tokenizer",
+    "ToolCall",
+    "ToolSpec",
+    "WorkingState",
+    "extract_identifiers",
+    "price_of",
+    "tokenizer_for",
+    "turns",
+]

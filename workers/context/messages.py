@@ -1,0 +1,62 @@
+"""Chat messages as the context engine sees them (immutable)."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = {}
+
+    @cached_property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, sort_keys=True)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # on a tool result: the call it answers
+    name: str | None = None  # on a tool result: the tool's name
+
+    @property
+    def is_tool_result(self) -> bool:
+        return self.role == "tool"
+
+    def text(self) -> str:
+        """Everything the model reads of this message (for recall checks)."""
+        calls = " ".join(f"{c.name}({c.arguments_json})" for c in self.tool_calls)
+        return f"{self.content} {calls}".strip()
+
+
+def turns(messages: list[Message]) -> list[list[Message]]:
+    """Group a history into turns that must stay together.
+
+    An assistant message with tool calls and the tool results that answer it
+    form one turn: clearing or compaction moves whole turns, never a call
+    without its result (providers reject orphaned tool results).
+    """
+    grouped: list[list[Message]] = []
+    for message in messages:
+        if message.is_tool_result and grouped and _answers(grouped[-1], message):
+            grouped[-1].append(message)
+        else:
+            grouped.append([message])
+    return grouped
+
+
+def _answers(turn: list[Message], result: Message) -> bool:
+    return any(result.tool_call_id == c.id for m in turn for c in m.tool_calls)

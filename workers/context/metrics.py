@@ -1,0 +1,156 @@
+"""Per-call metrics, cache busts and cost.
+
+Every call records its step, input tokens, the tokens of the byte-identical
+prefix it shares with the previous call (what a provider's prefix cache can
+serve), the cached tokens the provider reported, output tokens, the tool
+called, tool-result and state sizes, latency and the prefix hash. A call
+that changed something the previous call had sent — not merely appended —
+is a cache bust, recorded with its cause: the slot of the first difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from .engine import Block, Prompt
+
+
+class Price(BaseModel):
+    """USD per million tokens."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input: float
+    cached_input: float
+    output: float
+
+
+# Reference prices (USD per 1M tokens); a model not listed uses "default".
+PRICES: dict[str, Price] = {
+    "default": Price(input=3.00, cached_input=0.30, output=15.00),
+    "claude-sonnet-4": Price(input=3.00, cached_input=0.30, output=15.00),
+    "claude-haiku-4": Price(input=0.80, cached_input=0.08, output=4.00),
+    "gpt-4.1": Price(input=2.00, cached_input=0.50, output=8.00),
+    "gpt-4.1-mini": Price(input=0.40, cached_input=0.10, output=1.60),
+}
+
+
+def price_of(model: str) -> Price:
+    return PRICES.get(model, PRICES["default"])
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    step: int
+    input_tokens: int
+    prefix_tokens: int  # shared, byte for byte, with the previous call
+    cached_tokens: int  # as the provider reported (0 when it does not say)
+    output_tokens: int
+    tool: str
+    tool_result_bytes: int
+    state_bytes: int
+    latency_ms: float
+    prefix_hash: str
+    bust: str = ""  # cause of a cache bust, "" if none
+    kind: str = "step"  # "step" or "compaction" (a summarizing call)
+
+
+def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str]:
+    """Tokens of the leading blocks both calls share, and the bust cause if any.
+
+    A bust is a change to something the previous call sent; growing at the
+    end (appending) is not one.
+    """
+    tokens = 0
+    for before, now in zip(previous, current, strict=False):
+        if before.text != now.text:
+            return tokens, f"{now.slot.value} changed"
+        tokens += now.tokens
+    if len(current) < len(previous):
+        return tokens, "history shortened"
+    return tokens, ""
+
+
+@dataclass
+class CallLedger:
+    """The calls of one task (or one benchmark strategy), with totals."""
+
+    model: str = "default"
+    calls: list[CallRecord] = field(default_factory=list)
+    _last_blocks: list[Block] = field(default_factory=list)
+
+    def record_prompt(
+        self,
+        prompt: Prompt,
+        *,
+        step: int,
+        output_tokens: int,
+        tool: str = "",
+        tool_result_bytes: int = 0,
+        cached_tokens: int | None = None,
+        latency_ms: float = 0.0,
+    ) -> CallRecord:
+        prefix, bust = shared_prefix(self._last_blocks, prompt.blocks)
+        if not self._last_blocks:
+            bust = ""
+        self._last_blocks = prompt.blocks
+        record = CallRecord(
+            step=step,
+            input_tokens=prompt.total_tokens,
+            prefix_tokens=prefix,
+            cached_tokens=prefix if cached_tokens is None else cached_tokens,
+            output_tokens=output_tokens,
+            tool=tool,
+            tool_result_bytes=tool_result_bytes,
+            state_bytes=len(prompt.state.render().encode()),
+            latency_ms=latency_ms,
+            prefix_hash=prompt.prefix_hash(),
+            bust=bust,
+        )
+        self.calls.append(record)
+        return record
+
+    def record_compaction(self, *, step: int, input_tokens: int, output_tokens: int) -> None:
+        """A summarizing call made to compact a context (its cost counts too)."""
+        self.calls.append(
+            CallRecord(
+                step=step,
+                input_tokens=input_tokens,
+                prefix_tokens=0,
+                cached_tokens=0,
+                output_tokens=output_tokens,
+                tool="",
+                tool_result_bytes=0,
+                state_bytes=0,
+                latency_ms=0.0,
+                prefix_hash="",
+                kind="compaction",
+            )
+        )
+
+    def totals(self) -> dict[str, float]:
+        price = price_of(self.model)
+        steps = [c for c in self.calls if c.kind == "step"]
+        input_tokens = sum(c.input_tokens for c in self.calls)
+        cached = sum(c.cached_tokens for c in self.calls)
+        output = sum(c.output_tokens for c in self.calls)
+        cost = (
+            (input_tokens - cached) * price.input
+            + cached * price.cached_input
+            + output * price.output
+        ) / 1e6
+        return {
+            "calls": len(self.calls),
+            "total_input_tokens": input_tokens,
+            "last_call_tokens": steps[-1].input_tokens if steps else 0,
+            "high_water": max((c.input_tokens for c in steps), default=0),
+            "cacheable_share": round(cached / input_tokens, 4) if input_tokens else 0.0,
+            "cache_busts": sum(1 for c in steps if c.bust),
+            "output_tokens": output,
+            "cost_usd": round(cost, 4),
+        }
+
+    def as_dicts(self) -> list[dict[str, object]]:
+        return [asdict(c) for c in self.calls]

