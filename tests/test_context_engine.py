@@ -1,0 +1,221 @@
+"""The context engine: every slot's overflow, clearing, the kill switch, cache order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared_state import MemoryArtifacts
+from workers.context import (
+    DEFAULT_BUDGETS,
+    CallLedger,
+    ClearingPolicy,
+    ContextEngine,
+    ContextRequest,
+    Message,
+    Overflow,
+    Retrieved,
+    Slot,
+    SlotBudget,
+    ToolCall,
+    ToolSpec,
+    WorkingState,
+    tokenizer_for,
+    turns,
+)
+from workers.errors import ContextCeilingExceeded, PromptTooLarge
+
+TOK = tokenizer_for()
+SYSTEM = "You are a careful agent. Follow the rules."
+
+
+def words(n: int, seed: str = "w") -> str:
+    return " ".join(f"{seed}{i}" for i in range(n))
+
+
+def step(i: int, result: str, tool: str = "fetch") -> list[Message]:
+    call = ToolCall(id=f"c{i}", name=tool, arguments={"i": i})
+    return [
+        Message(role="assistant", content=f"step {i}", tool_calls=(call,)),
+        Message(role="tool", content=result, tool_call_id=call.id, name=tool),
+    ]
+
+
+def budgets(**changes):
+    return DEFAULT_BUDGETS.model_copy(update=changes)
+
+
+def slot(tokens: int, overflow: Overflow) -> SlotBudget:
+    return SlotBudget(tokens=tokens, overflow=overflow)
+
+
+def request(history=(), state=None, **kw) -> ContextRequest:
+    return ContextRequest(
+        system=kw.pop("system", SYSTEM),
+        tools=kw.pop("tools", []),
+        state=state or WorkingState(goal="ship it"),
+        history=list(history),
+        **kw,
+    )
+
+
+def test_an_oversized_system_prompt_fails_hard() -> None:
+    engine = ContextEngine(MemoryArtifacts())
+    with pytest.raises(PromptTooLarge) as err:
+        engine.build(request(system=words(4_000)))
+    assert err.value.slot == Slot.SYSTEM
+
+
+def test_tools_are_those_of_the_current_phase_and_pruned_to_fit() -> None:
+    tools = [
+        ToolSpec("read", "read a file " + words(300), {}),
+        ToolSpec("fetch", "fetch " + words(300), {}, phases=frozenset({"research"})),
+        ToolSpec("write", "write " + words(300), {}, phases=frozenset({"build"})),
+    ]
+    engine = ContextEngine(MemoryArtifacts())
+    state = WorkingState(goal="g", phase="research")
+    assert [t.name for t in engine.build(request(tools=tools, state=state)).tools] == [
+        "read",
+        "fetch",
+    ]
+    one_tool = slot(TOK.count(tools[1].schema_text()) + 10, Overflow.PRUNE_TOOLS)
+    small = budgets(slots={**DEFAULT_BUDGETS.slots, Slot.TOOLS: one_tool})
+    prompt = ContextEngine(MemoryArtifacts(), budgets=small).build(
+        request(tools=tools, state=state)
+    )
+    assert [t.name for t in prompt.tools] == ["fetch"]  # the phase's own tool comes first
+    assert any("tools pruned" in a for a in prompt.actions)
+
+
+def test_an_oversized_state_is_compacted_into_an_archive_artifact() -> None:
+    sink = MemoryArtifacts()
+    state = WorkingState(goal="g").apply_model_update(
+        step=1, facts=[(f"fact {i}: ACCT-{10_000 + i} " + words(40), "t") for i in range(40)]
+    )
+    small = budgets(
+        slots={**DEFAULT_BUDGETS.slots, Slot.STATE: slot(1_500, Overflow.COMPACT_STATE)}
+    )
+    prompt = ContextEngine(sink, budgets=small).build(request(state=state))
+    assert len(prompt.state.facts) == 5 and prompt.state.goal == "g"
+    (archive,) = [r for r in sink.refs() if r.kind == "state-archive"]
+    assert "ACCT-10000" in sink.text(archive.id)
+    assert "ACCT-10000" in prompt.state.identifiers
+
+
+def test_a_large_tool_result_keeps_a_head_and_the_handle_of_the_full_text() -> None:
+    sink = MemoryArtifacts()
+    page = words(3_000, "p")
+    prompt = ContextEngine(sink).build(request(step(1, page)))
+    kept = prompt.history[1]
+    assert TOK.count(kept.content) <= DEFAULT_BUDGETS.max_result_tokens
+    (ref,) = sink.refs()
+    assert ref.id in kept.content and sink.text(ref.id) == page and ref.trust == "untrusted"
+
+
+def test_retrieved_items_drop_the_lowest_scored_first() -> None:
+    items = [Retrieved(words(1_500, s), score) for s, score in (("a", 0.9), ("b", 0.1), ("c", 0.5))]
+    assert (
+        2 * TOK.count(items[0].text)
+        < DEFAULT_BUDGETS.tokens(Slot.RETRIEVED)
+        < 3 * TOK.count(items[0].text)
+    )
+    prompt = ContextEngine(MemoryArtifacts()).build(request(retrieved=items))
+    kept = [b.text[:2] for b in prompt.blocks if b.slot is Slot.RETRIEVED]
+    assert kept == ["a0", "c0"]
+
+
+def test_the_tail_rolls_whole_turns_into_state_keeping_every_identifier() -> None:
+    sink = MemoryArtifacts()
+    history = []
+    for i in range(60):
+        history += step(i, f"ok {i}")
+        history.append(Message(role="user", content=f"note src/mod_{i}/file_{i}.py " + words(60)))
+    prompt = ContextEngine(sink).build(request(history))
+    assert len(prompt.history) < len(history)
+    rolled = history[: len(history) - len(prompt.history)]
+    named = [f"src/mod_{i}/file_{i}.py" for i in range(60)]
+    in_state = [n for n in named if n in prompt.state.render()]
+    assert set(in_state) >= {n for n in named if any(n in m.content for m in rolled)}
+    assert prompt.state.dropped == ()
+    # Whole turns: every remaining tool result still follows its call.
+    for turn in turns(prompt.history):
+        if turn[0].tool_calls:
+            assert [m.tool_call_id for m in turn[1:]] == [c.id for c in turn[0].tool_calls]
+    assert prompt.history[0].role != "tool"
+
+
+def test_the_kill_switch_fires_before_a_call_over_the_ceiling_with_a_diagnostic() -> None:
+    sink = MemoryArtifacts()
+    tiny = budgets(ceiling=DEFAULT_BUDGETS.target_total, target_total=5_000)
+    items = [Retrieved(words(3_000, s), 1.0) for s in "abc"]
+    history = [m for i in range(3) for m in step(i, words(900, f"r{i}"))]
+    engine = ContextEngine(sink, budgets=tiny.model_copy(update={"ceiling": 6_000}))
+    with pytest.raises(ContextCeilingExceeded) as err:
+        engine.build(request(history, retrieved=items))
+    report = json.loads(sink.text(err.value.diagnostic.id))
+    assert report["total_tokens"] > report["ceiling"] == 6_000
+    assert report["slots"]["retrieved"] > 0 and report["largest_items"]
+    assert report["last_steps"]
+
+
+def _clearing(history, policy: ClearingPolicy):
+    sink = MemoryArtifacts()
+    engine = ContextEngine(sink, budgets=budgets(clearing=policy))
+    return engine.build(request(history)), sink
+
+
+def test_clearing_honours_trigger_keep_clear_at_least_and_exclude() -> None:
+    history = [m for i in range(6) for m in step(i, words(200, f"r{i}"))]
+    history += step(6, words(200, "x"), tool="notes")
+    assert TOK.count(words(200, "r5")) < DEFAULT_BUDGETS.max_result_tokens  # not truncated
+    prompt, sink = _clearing(history, ClearingPolicy(trigger=100_000))
+    assert prompt.history == history  # under the trigger: nothing cleared
+    prompt, _ = _clearing(history, ClearingPolicy(trigger=1_000, clear_at_least=50_000))
+    assert prompt.history == history  # could not free enough to be worth a cache bust
+    policy = ClearingPolicy(
+        trigger=1_000, keep=2, clear_at_least=500, exclude_tools=frozenset({"notes"})
+    )
+    prompt, sink = _clearing(history, policy)
+    cleared = [m for m in prompt.history if m.content.startswith("[tool result cleared:")]
+    assert cleared and all(m.name == "fetch" for m in cleared)
+    results = [m for m in prompt.history if m.role == "tool"]
+    assert results[-1].content == words(200, "x")  # excluded tool, never cleared
+    assert results[-2].content == words(200, "r5")  # kept: among the two most recent
+    for stub in cleared:
+        ref_id = stub.content.split()[3].rstrip(",")
+        original = next(m for m in history if m.tool_call_id == stub.tool_call_id)
+        assert sink.text(ref_id) == original.content
+    # Nothing orphaned: each result still follows its own call, in place.
+    assert [m.tool_call_id for m in prompt.history] == [m.tool_call_id for m in history]
+
+
+def test_the_prefix_stays_byte_identical_when_only_state_and_results_change() -> None:
+    engine = ContextEngine(MemoryArtifacts())
+    tools = [ToolSpec("fetch", "fetch a page", {"type": "object"})]
+    ledger = CallLedger()
+    state, history = WorkingState(goal="g"), []
+    hashes, busts = set(), []
+    for i in range(8):
+        state = state.count("steps").apply_model_update(step=i, facts=[(f"f{i}", "t")])
+        history += step(i, f"short result {i}")
+        prompt = engine.build(request(history, state=state, tools=tools, reference="ref text"))
+        history, state = prompt.history, prompt.state
+        hashes.add(prompt.prefix_hash())
+        busts.append(ledger.record_prompt(prompt, step=i, output_tokens=10).bust)
+    assert len(hashes) == 1
+    assert busts == [""] * 8
+    assert ledger.totals()["cacheable_share"] > 0.5
+
+
+def test_a_state_refresh_is_recorded_as_a_cache_bust_with_its_cause() -> None:
+    engine = ContextEngine(MemoryArtifacts(), budgets=budgets(state_refresh_steps=3))
+    ledger = CallLedger()
+    state, history = WorkingState(goal="g"), []
+    causes = []
+    for i in range(4):
+        state = state.count("steps")
+        history += step(i, "r")
+        prompt = engine.build(request(history, state=state))
+        causes.append(ledger.record_prompt(prompt, step=i, output_tokens=1).bust)
+    assert causes == ["", "", "", "state changed"]
