@@ -1,6 +1,6 @@
 """The control plane: CLI, job intake, fleet supervisor, reaper, monitor views."""
 
-from .errors import CoordinatorError, UsageError
+from .errors import CoordinatorError
 from .fleet import Fleet, FleetReport, FleetSpec
 from .reaper import Reaper, ReapReport
 from .settings import Settings
@@ -13,5 +13,4 @@ __all__ = [
     "ReapReport",
     "Reaper",
     "Settings",
-    "UsageError",
 ]

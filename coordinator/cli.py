@@ -145,6 +145,10 @@ def submit(
             min=1, help="Attempts before a task is dead (default: REDFLEET_MAX_ATTEMPTS, else 3)."
         ),
     ] = None,
+    token_budget: Annotated[
+        int,
+        typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
+    ] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job to the planner queue; prints its job id."""
@@ -154,6 +158,7 @@ def submit(
         scenario=scenario,
         fanout=fanout,
         max_attempts=settings.max_attempts if max_attempts is None else max_attempts,
+        token_budget=token_budget,
     )
     with open_state(settings) as state:
         job = state.jobs.submit(spec)

@@ -40,9 +40,9 @@ class Embedded:
         """The running server's {url, pid, port, run_id}, or None."""
         try:
             info = json.loads(self.info_path.read_text())
-        except (OSError, ValueError):
-            return None
-        client = redis.Redis.from_url(info["url"], socket_connect_timeout=0.5)
+            client = redis.Redis.from_url(info["url"], socket_connect_timeout=0.5)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent or unreadable: treated as no server
         try:
             run_id = client.info("server").get("run_id")
         except redis.RedisError:

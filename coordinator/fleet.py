@@ -19,9 +19,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+import redis
 import structlog
 
-from shared_state import Role, State
+from shared_state import Role, State, StateError
 
 from .reaper import Reaper
 from .settings import Settings
@@ -110,7 +111,9 @@ class Fleet:
             sys.executable, "-P", "-m", "coordinator", "worker",
             "--role", slot.role.value, "--lease-ms", str(self.spec.lease_ms),
         ]  # fmt: skip
-        slot.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        # Own process group: a terminal's Ctrl-C reaches the supervisor only, which
+        # drains the workers with one SIGTERM each (a second signal is RQ's cold stop).
+        slot.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, process_group=0)
         slot.started = time.monotonic()
         log.info("fleet.worker_started", role=slot.role.value, pid=slot.process.pid)
 
@@ -135,6 +138,13 @@ class Fleet:
         slot.restarts += 1
         self.report.restarts += 1
 
+    def _idle(self) -> bool:
+        try:
+            return not self.state.jobs.active()
+        except redis.RedisError as exc:
+            log.warning("fleet.check_failed", error=str(exc))
+            return False
+
     def request_stop(self, *_: object) -> None:
         self.stopping.set()
 
@@ -151,7 +161,7 @@ class Fleet:
                 if self.spec.reaper and time.monotonic() >= next_reap:
                     self._reap()
                     next_reap = time.monotonic() + self.reap_interval_s
-                if self.spec.burst and not self.state.jobs.active():
+                if self.spec.burst and self._idle():
                     break
                 self.stopping.wait(0.1)
         finally:
@@ -159,7 +169,12 @@ class Fleet:
         return self.report
 
     def _reap(self) -> None:
-        rep = self.reaper.tick()
+        try:
+            rep = self.reaper.tick()
+        except (redis.RedisError, StateError) as exc:
+            # Redis restarting or failing over: keep supervising, try next tick.
+            log.warning("fleet.reap_failed", error=str(exc))
+            return
         self.report.reaped += len(rep.requeued) + len(rep.dead)
         self.report.dead += len(rep.dead)
         self.report.redelivered += len(rep.redelivered)

@@ -6,7 +6,7 @@ Each tick, over the active jobs:
   atomically, so several reapers (one per machine) never double up;
 - tasks queued for longer than ``redeliver_after_ms`` whose RQ envelope is no
   longer waiting in its queue (deleted, or taken by a worker that died before
-  claiming) → a new envelope;
+  claiming), on two ticks in a row → a new envelope;
 - jobs found finished → retired (keys set to expire, removed from the active
   set), which also completes the bookkeeping of a crashed finisher;
 - now and then, ids of expired jobs are pruned from the job index.
@@ -39,6 +39,7 @@ class Reaper:
         self.state = state
         self.redeliver_after_ms = redeliver_after_ms
         self._next_prune = 0.0
+        self._suspects: dict[tuple[str, str], bytes | None] = {}
 
     def tick(self) -> ReapReport:
         report = ReapReport()
@@ -76,18 +77,25 @@ class Reaper:
         return [s.decode() if s else None for s in pipe.execute()]
 
     def _lost_deliveries(self, job_ids: list[str]) -> list[tuple[str, str]]:
+        """Tasks queued past the grace period whose envelope is not in its queue.
+
+        A task seen so on two ticks in a row with the same envelope is lost: a
+        worker between RQ's dequeue and its claim is out of the queue for a
+        moment, and must not cause a needless second delivery.
+        """
         waiting = self.state.tasks.queued_since(job_ids, self.redeliver_after_ms)
         if not waiting:
+            self._suspects = {}
             return []
         pipe = self.state.client.pipeline(transaction=False)
         for job_id, task_id in waiting:
             pipe.hmget(keys.task(job_id, task_id), "role", "envelope")
-        lost = []
-        for (job_id, task_id), (role, envelope) in zip(waiting, pipe.execute(), strict=True):
-            if role is None:
-                continue
-            if envelope is None or not self.state.delivery.is_waiting(
-                Role(role.decode()), envelope.decode()
-            ):
-                lost.append((job_id, task_id))
+        rows = pipe.execute()
+        in_queue = self.state.delivery.waiting_ids({Role(r.decode()) for r, _ in rows if r})
+        suspects = {}
+        for pair, (role, envelope) in zip(waiting, rows, strict=True):
+            if role is not None and (envelope is None or envelope not in in_queue):
+                suspects[pair] = envelope
+        lost = [pair for pair, env in suspects.items() if self._suspects.get(pair, 0) == env]
+        self._suspects = {p: e for p, e in suspects.items() if p not in lost}
         return lost

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import redis
 from rq import Queue
-from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from . import keys
@@ -70,10 +69,14 @@ class Delivery:
 
     def is_waiting(self, role: Role, rq_id: str) -> bool:
         """True while the envelope sits in its queue, not yet taken by a worker."""
-        status = self.client.hget(RQJob.key_for(rq_id), "status")
-        if status is None or status.decode() != "queued":
-            return False
         return self.client.lpos(self.queues[role].key, rq_id) is not None
+
+    def waiting_ids(self, roles: set[Role]) -> set[bytes]:
+        """Every envelope id waiting in the given roles' queues (one LRANGE each)."""
+        pipe = self.client.pipeline(transaction=False)
+        for role in roles:
+            pipe.lrange(self.queues[role].key, 0, -1)
+        return {rq_id for ids in pipe.execute() for rq_id in ids}
 
     def depths(self) -> dict[str, int]:
         pipe = self.client.pipeline(transaction=False)

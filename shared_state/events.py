@@ -54,7 +54,7 @@ class EventLog:
             self._pending.extend(mirrored)
 
     def defer_mirrored(self, mirrored: list[dict[str, str]]) -> None:
-        """Put back entries taken by ``take_pending`` that could not be written."""
+        """Put back mirror entries that were taken but could not be written."""
         with self._lock:
             self._pending[:0] = mirrored
 

@@ -18,8 +18,8 @@ are never touched by the same script as a job's keys.
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
     rf:events                    stream every job's events (capped)
-    rf:workers                   zset   worker id -> last heartbeat (ms)
-    rf:worker:<worker_id>        hash   one worker's heartbeat (expires)
+    rf:{workers}:index           zset   worker id -> last heartbeat (ms)
+    rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
 
 RQ keeps its own ``rq:`` keys for the delivery queues (see ``delivery``).
 """
@@ -31,7 +31,7 @@ PREFIX = "rf"
 JOBS = f"{PREFIX}:jobs"
 ACTIVE_JOBS = f"{PREFIX}:jobs:active"
 EVENTS = f"{PREFIX}:events"
-WORKERS = f"{PREFIX}:workers"
+WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
 
 
 def _tag(job_id: str) -> str:
@@ -75,7 +75,7 @@ def artifact(job_id: str, artifact_id: str) -> str:
 
 
 def worker(worker_id: str) -> str:
-    return f"{PREFIX}:worker:{worker_id}"
+    return f"{PREFIX}:{{workers}}:{worker_id}"
 
 
 def job_keys(job_id: str) -> list[str]:

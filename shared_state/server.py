@@ -101,10 +101,15 @@ class RedisServer:
                 err = log.read_text(errors="replace")[-500:] if log.exists() else ""
                 raise StateError(f"redis-server exited at start: {err.strip()}")
             try:
-                client.ping()
-                return self
+                pid = client.info("server")["process_id"]
             except redis.ConnectionError:
                 time.sleep(0.02)
+            else:
+                if pid != self.process.pid:
+                    # Someone else took the port between free_port() and our bind.
+                    self.stop()
+                    raise StateError(f"port {self.port} is served by another redis-server")
+                return self
             finally:
                 client.close()
         self.stop()

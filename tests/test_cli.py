@@ -138,16 +138,18 @@ def test_bad_options_show_the_usage_and_the_option_with_exit_code_2(
 
 def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_path) -> None:
     home = str(tmp_path)
-    job_id = run("submit", "embedded", url=None, home=home).stdout.strip()
-    assert job_id.startswith("j-")
-    info = json.loads(run("server", "status", "--json", url=None, home=home).stdout)
-    assert info["url"].startswith("redis://127.0.0.1:")
-    status = json.loads(run("status", job_id, "--json", url=None, home=home).stdout)
-    assert status["status"] == "queued"
-    assert run("server", "stop", url=None, home=home).stdout.strip() == "stopped"
-    assert json.loads(run("server", "status", "--json", url=None, home=home).stdout) == {
-        "running": False
-    }
+    try:
+        job_id = run("submit", "embedded", url=None, home=home).stdout.strip()
+        assert job_id.startswith("j-")
+        info = json.loads(run("server", "status", "--json", url=None, home=home).stdout)
+        assert info["running"] and info["url"].startswith("redis://127.0.0.1:")
+        status = json.loads(run("status", job_id, "--json", url=None, home=home).stdout)
+        assert status["status"] == "queued"
+        assert run("server", "stop", url=None, home=home).stdout.strip() == "stopped"
+        stopped = run("server", "status", "--json", url=None, home=home).stdout
+        assert json.loads(stopped) == {"running": False}
+    finally:
+        run("server", "stop", url=None, home=home)  # never leave a server behind
 
 
 def test_demo_runs_a_job_through_a_fleet_and_exits_zero() -> None:

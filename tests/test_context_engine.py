@@ -113,6 +113,16 @@ def test_a_large_tool_result_keeps_a_head_and_the_handle_of_the_full_text() -> N
     assert ref.id in kept.content and sink.text(ref.id) == page and ref.trust == "untrusted"
 
 
+def test_an_oversized_reference_keeps_a_head_and_the_handle_of_the_full_text() -> None:
+    sink = MemoryArtifacts()
+    reference = words(5_000, "spec")
+    prompt = ContextEngine(sink).build(request(reference=reference))
+    (block,) = [b for b in prompt.blocks if b.slot is Slot.REFERENCE]
+    assert block.tokens <= DEFAULT_BUDGETS.tokens(Slot.REFERENCE)
+    (ref,) = sink.refs()
+    assert ref.id in block.text and sink.text(ref.id) == reference
+
+
 def test_retrieved_items_drop_the_lowest_scored_first() -> None:
     items = [Retrieved(words(1_500, s), score) for s, score in (("a", 0.9), ("b", 0.1), ("c", 0.5))]
     assert (

@@ -6,7 +6,7 @@ import multiprocessing as mp
 import random
 from collections import Counter, defaultdict
 
-from shared_state import Child, Claim, Role, State, TaskStatus
+from shared_state import Claim, Role, State, TaskStatus
 
 from .conftest import events_named
 from .helpers import job_with_children
@@ -124,4 +124,3 @@ def test_spawn_with_no_children_is_refused(state: State) -> None:
     _, parent, _ = job_with_children(state, 1)
     with pytest.raises(ValueError):
         state.tasks.spawn(parent, "x", [])
-    assert Child(Role.CODER).brief == ""

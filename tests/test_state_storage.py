@@ -14,8 +14,7 @@ from .helpers import job_with_children
 
 
 def _expiring(state: State, key: str, retention_s: int) -> bool:
-    ttl = state.client.ttl(key)
-    return ttl == -2 or 0 < ttl <= retention_s  # -2: an empty index, already gone
+    return 0 < state.client.ttl(key) <= retention_s
 
 
 def test_a_succeeded_job_starts_its_retention_clock_in_the_scripts(
@@ -29,9 +28,14 @@ def test_a_succeeded_job_starts_its_retention_clock_in_the_scripts(
     assert state.client.ttl(keys.job(job.job_id)) == -1  # the job still runs
     root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     assert state.tasks.complete(root, "").job_finished
-    for key in [*keys.job_keys(job.job_id), keys.task(job.job_id, job.root_task)]:
+    # The script itself: the job's record, stream, task set and last task.
+    job_id = job.job_id
+    for key in (keys.job(job_id), keys.job_events(job_id), keys.tasks(job_id)):
         assert _expiring(state, key, 120), key
-    state.jobs.retire(job.job_id)
+    assert _expiring(state, keys.task(job_id, job.root_task), 120)
+    assert not state.client.exists(keys.leases(job_id), keys.queued(job_id))  # emptied
+    state.jobs.retire(job_id)
+    assert _expiring(state, keys.budget(job_id), 120)
     assert state.jobs.active() == []
 
 
@@ -41,7 +45,8 @@ def test_finalizing_a_cancelled_job_expires_its_unfinished_tasks(
     state = State.connect(redis_url, retention_s=120)
     job, _, ids = job_with_children(state, 2)
     state.jobs.cancel(job.job_id)
-    for key in [*keys.job_keys(job.job_id), *(keys.task(job.job_id, i) for i in ids)]:
+    job_id = job.job_id
+    for key in [keys.job(job_id), keys.budget(job_id), *(keys.task(job_id, i) for i in ids)]:
         assert _expiring(state, key, 120), key
     assert state.jobs.active() == []
 

@@ -140,3 +140,19 @@ def _now(state: State) -> int:
 
 def _child() -> Child:
     return Child(Role.CODER, "x")
+
+
+def test_a_failure_or_reap_in_a_finished_job_cancels_the_task_instead_of_requeuing(
+    state: State,
+) -> None:
+    job, _, ids = job_with_children(state, 2)
+    failing = state.tasks.claim(job.job_id, ids[0], "w1", 10_000).claim
+    state.tasks.claim(job.job_id, ids[1], "w2", 1)
+    state.jobs.cancel(job.job_id)
+    assert state.tasks.fail(failing, "boom") == "cancelled"
+    wait_for(lambda: state.tasks.get(job.job_id, ids[1]).lease_until < _now(state))
+    assert state.tasks.reap(job.job_id, ids[1]) == "cancelled"
+    for task_id in ids:
+        assert state.tasks.get(job.job_id, task_id).status == TaskStatus.CANCELLED
+    assert not events_named(state, job.job_id, "task.requeued")
+    assert state.delivery.depths()["coder"] == 2  # only the first deliveries

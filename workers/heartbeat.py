@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis
 import structlog
 
 from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State
@@ -35,7 +34,9 @@ class Heartbeat(threading.Thread):
         self.worker_id = worker_id
         self.role = role
         self.lease_ms = lease_ms
-        self.interval_s = min(lease_ms / 3, 1000) / 1000
+        # A third of the lease: two renewals may fail before the lease runs out,
+        # and a long task adds one task.renewed event per interval, not per second.
+        self.interval_s = lease_ms / 3 / 1000
         self.ttl_ms = max(int(self.interval_s * 3000), 3000)
         self.info = info
         self._lock = threading.Lock()  # a renew never interleaves with the owner's last write
@@ -75,17 +76,24 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+        if self.is_alive():
+            self.join(timeout=5)
 
     # -- the thread ------------------------------------------------------------
 
     def run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.renew()
-            self.beat()
             try:
+                self.renew()
+                self.beat()
                 self.state.events.flush()
-            except redis.RedisError as exc:
-                log.warning("mirror.flush_failed", worker=self.worker_id, error=str(exc))
+            except Exception as exc:
+                # A tick may fail (Redis OOM, READONLY during a failover); the
+                # thread must not: the next tick renews, or the lease runs out.
+                log.warning("heartbeat.tick_failed", worker=self.worker_id, error=repr(exc))
+            if time.monotonic() > self._deadline and self.claim is not None:
+                with self._lock:
+                    self._lose("the lease ran out before it could be renewed")
 
     def renew(self) -> None:
         with self._lock:
@@ -98,9 +106,6 @@ class Heartbeat(threading.Thread):
                 self._deadline = started + self.lease_ms / 1000
             except (Fenced, JobFinished, NotFound) as exc:
                 self._lose(str(exc))
-            except ConnectionFailed as exc:
-                if time.monotonic() > self._deadline:
-                    self._lose(f"lease ran out while Redis was unreachable: {exc}")
 
     def _lose(self, reason: str) -> None:
         self.lost_reason = reason

@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 
+import redis
 import structlog
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
@@ -110,8 +111,12 @@ def run_worker(state: State, *, role: Role, lease_ms: int, burst: bool = False) 
         rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
     finally:
         runtime.heartbeat.stop()
-        state.events.append("worker.stopped", {"worker": worker_id, "role": role.value})
-        state.workers.remove(worker_id)
-        state.events.flush()
         _runtime = None
+        try:
+            state.events.append("worker.stopped", {"worker": worker_id, "role": role.value})
+            state.workers.remove(worker_id)
+            state.events.flush()
+        except (redis.RedisError, StateError) as exc:
+            # Best effort: the heartbeat expires by itself; never mask the real error.
+            log.warning("worker.stop_unrecorded", worker=worker_id, error=str(exc))
         log.info("worker.stopped", worker=worker_id)

@@ -1,8 +1,8 @@
 --[[
   beatWorker: record a worker's heartbeat, stamped with Redis time.
 
-  KEYS[1] worker hash      rf:worker:<worker_id>
-  KEYS[2] worker index     rf:workers (zset worker id -> last heartbeat ms)
+  KEYS[1] worker hash      rf:{workers}:<worker_id>
+  KEYS[2] worker index     rf:{workers}:index (zset worker id -> last heartbeat ms)
 
   ARGV[1] heartbeat ttl in ms (the hash expires if the worker stops beating)
   ARGV[2] worker id

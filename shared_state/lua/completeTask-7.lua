@@ -46,6 +46,10 @@ local now = nowMs()
 local maxlen = jobMaxlen(jobKey)
 local t = redis.call('HMGET', taskKey, 'task_id', 'parent_id', 'role', 'job_id')
 local taskId, parentId = t[1], t[2]
+if parentId ~= '' and redis.call('HGET', parentKey, 'task_id') ~= parentId then
+  -- Checked before any write: a wrong key must not leave a half-done completion.
+  return redis.error_reply('KEYS[7] is not the parent of ' .. taskId)
+end
 redis.call('HSET', taskKey, 'status', 'succeeded', 'lease_until', 0, 'result', result,
   'finished_ms', now)
 redis.call('ZREM', leasesKey, taskId)
@@ -55,9 +59,6 @@ emit(stream, maxlen, {'event', 'task.succeeded', 'task_id', taskId, 'role', t[3]
 
 local done = {parent_requeued = '', parent_role = '', job_finished = false}
 if parentId ~= '' then
-  if redis.call('HGET', parentKey, 'task_id') ~= parentId then
-    return redis.error_reply('KEYS[7] is not the parent of ' .. taskId)
-  end
   local pending = redis.call('HINCRBY', parentKey, 'pending', -1)
   if pending == 0 and redis.call('HGET', parentKey, 'status') == 'waiting' then
     redis.call('HSET', parentKey, 'status', 'queued', 'queued_ms', now)

@@ -18,7 +18,7 @@
   ARGV[4] retryable: 1 or 0
 
   Returns {code, data, events}
-     1  data = outcome ('requeued' | 'dead')
+     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished)
     -1  no such task
     -3  fenced (event task.fenced)
 

@@ -15,7 +15,7 @@
   ARGV    none
 
   Returns {code, data, events}
-     1  data = outcome ('requeued' | 'dead'), role
+     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished), role
     -1  no such task
     -2  nothing to reap (not claimed, or lease still live)
 

@@ -4,10 +4,11 @@
   Below max_attempts the task goes back to `queued` with attempt + 1
   (event task.requeued); at max_attempts it is `dead` (event task.dead) and
   its job fails with the reason (event job.failed); `final` skips retries.
+  In a job that has already finished, the task is cancelled instead.
   Used by failTask, reapTask and claimTask (taking over an expired lease).
   Expects the standard task KEYS: task, job, events, leases, queued, tasks.
 
-  Returns 'requeued' or 'dead'.
+  Returns 'requeued', 'dead' or 'cancelled'.
 ]]
 local function failAttempt(reason, now, final)
   local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
@@ -17,6 +18,10 @@ local function failAttempt(reason, now, final)
   local attempt = tonumber(t[4])
   local maxAttempts = tonumber(redis.call('HGET', jobKey, 'max_attempts') or '3')
   local maxlen = jobMaxlen(jobKey)
+  if isTerminalJob(redis.call('HGET', jobKey, 'status')) then
+    cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
+    return 'cancelled'
+  end
   redis.call('ZREM', leasesKey, taskId)
   if final or attempt >= maxAttempts then
     redis.call('HSET', taskKey, 'status', 'dead', 'owner', '', 'lease_until', 0,
@@ -25,7 +30,7 @@ local function failAttempt(reason, now, final)
     expireTask(taskKey, jobKey)
     emit(stream, maxlen, {'event', 'task.dead', 'task_id', taskId, 'role', role,
       'worker', t[6], 'token', t[5], 'attempt', attempt, 'reason', reason})
-    if not isTerminalJob(redis.call('HGET', jobKey, 'status')) then
+    do
       local why = 'task ' .. taskId .. ' (' .. role .. ') dead after ' .. attempt ..
         ' attempt(s): ' .. reason
       redis.call('HSET', jobKey, 'status', 'failed', 'reason', why, 'finished_ms', now)
