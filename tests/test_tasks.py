@@ -156,3 +156,16 @@ def test_a_failure_or_reap_in_a_finished_job_cancels_the_task_instead_of_requeui
         assert state.tasks.get(job.job_id, task_id).status == TaskStatus.CANCELLED
     assert not events_named(state, job.job_id, "task.requeued")
     assert state.delivery.depths()["coder"] == 2  # only the first deliveries
+
+
+def test_a_claim_or_completion_resent_by_its_owner_is_idempotent(state: State) -> None:
+    job, parent, (child_id,) = job_with_children(state, 1)
+    first = state.tasks.claim(job.job_id, child_id, "w1", 60_000)
+    again = state.tasks.claim(job.job_id, child_id, "w1", 60_000)  # a client retry
+    assert again is not None and again.claim.token == first.claim.token == 1
+    assert state.tasks.claim(job.job_id, child_id, "w2", 60_000) is None
+    assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == parent.task_id
+    assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == ""
+    assert len(events_named(state, job.job_id, "task.succeeded")) == 1
+    assert not events_named(state, job.job_id, "task.fenced")
+    assert len(events_named(state, job.job_id, "task.claimed")) == 2  # planner + child

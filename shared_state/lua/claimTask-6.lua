@@ -5,6 +5,8 @@
   expired by Redis time (the old attempt is then ended first, as the reaper
   would: attempt + 1, or dead at max attempts). Each success increments the
   task's fencing token; every later write by the owner must carry it.
+  Idempotent for its owner: a claim re-sent by the same worker (a client
+  retry after a lost reply) while its lease is live returns the same claim.
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -42,6 +44,11 @@ if isTerminalJob(jobStatus) then
     cancelTask(taskKey, jobKey, leasesKey, queuedKey, t[4], now)
   end
   return reply(-4, {job_status = jobStatus})
+end
+
+if status == 'claimed' and t[3] == worker and tonumber(t[2]) > now then
+  local task = hashToMap(redis.call('HGETALL', taskKey))
+  return reply(1, {task = task, job = hashToMap(redis.call('HGETALL', jobKey))})
 end
 
 if status == 'claimed' and tonumber(t[2]) <= now then

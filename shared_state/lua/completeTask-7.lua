@@ -1,8 +1,10 @@
 --[[
   completeTask: finish a task the caller owns, and fan in to its parent.
 
-  Fenced by token. The last child of a waiting parent to complete re-queues
-  the parent: the pending counter is decremented here, atomically, so
+  Fenced by token, and idempotent for its owner: a completion re-sent by the
+  same worker with the same token after it succeeded returns OK again (the
+  fan-in is not repeated). The last child of a waiting parent to complete
+  re-queues the parent: the pending counter is decremented here, atomically, so
   exactly one child sees it reach zero. Completing the root task (no parent)
   completes the job. Finished tasks and jobs start their retention clock.
 
@@ -34,6 +36,10 @@ local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey, parentKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, worker, result = ARGV[1], ARGV[2], ARGV[3]
 
+local done0 = redis.call('HMGET', taskKey, 'status', 'token', 'owner')
+if done0[1] == 'succeeded' and done0[2] == token and done0[3] == worker then
+  return reply(1, {parent_requeued = '', parent_role = '', job_finished = false})
+end
 local refused = fence(taskKey, jobKey, stream, token, worker, 'complete')
 if refused then return refused end
 local jobStatus = redis.call('HGET', jobKey, 'status')
