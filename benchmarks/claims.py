@@ -79,31 +79,45 @@ def noop() -> None:
 class WatchTasks:
     """Claim and complete as optimistic transactions: WATCH, read, MULTI ... EXEC.
 
-    Same writes as the Lua scripts' main path (status, token, owner, lease, the
-    lease and queued indexes, one event), minus what WATCH makes costly: no
-    job-status check, no expired-lease takeover, no parent fan-in, client clock.
+    The same work as the Lua scripts' main paths, so that the two compare like
+    for like: the claim checks the job's status and the lease on Redis time and
+    writes status, token, owner, lease, both indexes and an event; the
+    completion checks the token and the job, writes the task and an event, and
+    does the fan-in — decrements the parent's pending counter and re-queues
+    the parent at zero. (The rarely taken branches — an expired-lease takeover,
+    a fenced write's event — are left out, in WATCH's favour.) Any write to a
+    watched key between the reads and EXEC aborts the transaction: it is
+    retried, and counted.
     """
 
     def __init__(self, client: redis.Redis, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
+        self.job_key = keys.job(job_id)
+        self.events = keys.job_events(job_id)
         self.retries = 0
 
+    @staticmethod
+    def _now(pipe: redis.client.Pipeline) -> int:
+        sec, usec = pipe.time()
+        return sec * 1000 + usec // 1000
+
     def claim(self, task_id: str, worker: str, lease_ms: int) -> int | None:
-        """The new fencing token, or None when the task is not queued."""
+        """The new fencing token, or None when the task is not claimable."""
         key = keys.task(self.job_id, task_id)
         with self.client.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)
-                    status, _token, _lease = pipe.hmget(key, "status", "token", "lease_until")
+                    pipe.watch(key, self.job_key)
+                    status, token, lease = pipe.hmget(key, "status", "token", "lease_until")
                     if status is None:
                         raise TaskNotFound(task_id)
-                    if status != b"queued":
+                    if pipe.hget(self.job_key, "status") in FINISHED:
                         return None
-                    now = int(time.time() * 1000)
+                    now = self._now(pipe)
+                    if status != b"queued" and not (status == b"claimed" and int(lease) <= now):
+                        return None
                     pipe.multi()
-                    pipe.hincrby(key, "token", 1)
                     pipe.hset(
                         key,
                         mapping={
@@ -111,17 +125,24 @@ class WatchTasks:
                             "owner": worker,
                             "lease_until": now + lease_ms,
                             "claimed_ms": now,
+                            "token": int(token) + 1,
                         },
                     )
                     pipe.zadd(keys.leases(self.job_id), {task_id: now + lease_ms})
                     pipe.zrem(keys.queued(self.job_id), task_id)
                     pipe.xadd(
-                        keys.job_events(self.job_id),
-                        {"event": "task.claimed", "task_id": task_id, "worker": worker},
+                        self.events,
+                        {
+                            "event": "task.claimed",
+                            "task_id": task_id,
+                            "worker": worker,
+                            "token": int(token) + 1,
+                        },
                         maxlen=10_000,
                         approximate=True,
                     )
-                    return int(pipe.execute()[0])
+                    pipe.execute()
+                    return int(token) + 1
                 except redis.WatchError:
                     self.retries += 1
 
@@ -131,22 +152,32 @@ class WatchTasks:
         with self.client.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)
-                    status, current = pipe.hmget(key, "status", "token")
+                    pipe.watch(key, self.job_key)
+                    status, current, parent_id = pipe.hmget(key, "status", "token", "parent_id")
                     if status != b"claimed" or int(current or 0) != token:
                         return False
-                    now = int(time.time() * 1000)
+                    if pipe.hget(self.job_key, "status") in FINISHED:
+                        return False
+                    parent_key = keys.task(self.job_id, parent_id.decode())
+                    pipe.watch(parent_key)
+                    pending, parent_status = pipe.hmget(parent_key, "pending", "status")
+                    now = self._now(pipe)
                     pipe.multi()
                     pipe.hset(
                         key, mapping={"status": "succeeded", "lease_until": 0, "finished_ms": now}
                     )
                     pipe.zrem(keys.leases(self.job_id), task_id)
                     pipe.xadd(
-                        keys.job_events(self.job_id),
+                        self.events,
                         {"event": "task.succeeded", "task_id": task_id, "worker": worker},
                         maxlen=10_000,
                         approximate=True,
                     )
+                    left = int(pending) - 1
+                    pipe.hset(parent_key, "pending", left)
+                    if left == 0 and parent_status == b"waiting":
+                        pipe.hset(parent_key, mapping={"status": "queued", "queued_ms": now})
+                        pipe.zadd(keys.queued(self.job_id), {parent_id.decode(): now})
                     pipe.execute()
                     return True
                 except redis.WatchError:

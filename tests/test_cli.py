@@ -159,3 +159,15 @@ def test_demo_runs_a_job_through_a_fleet_and_exits_zero() -> None:
     assert doc["status"] == "succeeded"
     assert sorted(t["role"] for t in doc["tasks"]) == ["coder"] * 3 + ["planner", "reviewer"]
     assert all(t["status"] == "succeeded" and t["owner"] for t in doc["tasks"])
+
+
+def test_a_burst_worker_with_nothing_queued_exits_cleanly(state: State, redis_url) -> None:
+    proc = run("worker", "--role", "coder", "--burst", url=redis_url)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    started, stopped = (
+        [e for e in state.events.read() if e.event == name]
+        for name in ("worker.started", "worker.stopped")
+    )
+    assert len(started) == len(stopped) == 1
+    assert state.workers.list() == []

@@ -44,7 +44,7 @@ class Heartbeat(threading.Thread):
         self.lost = threading.Event()
         self.lost_reason = ""
         self.worker_state = "idle"
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._deadline = 0.0  # monotonic: when our lease surely ran out
 
     # -- called by the task loop ------------------------------------------------
@@ -75,14 +75,14 @@ class Heartbeat(threading.Thread):
             self.worker_state = "idle"
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         if self.is_alive():
             self.join(timeout=5)
 
     # -- the thread ------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stopping.wait(self.interval_s):
             try:
                 self.renew()
                 self.beat()
