@@ -33,46 +33,52 @@
 local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local worker, leaseMs = ARGV[1], tonumber(ARGV[2])
 
-local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id')
-local status = t[1]
+-- Read everything once: the reply is built from these maps, not read again.
+local task = hashToMap(redis.call('HGETALL', taskKey))
+local status, taskId = task['status'], task['task_id']
 if not status then return reply(-1) end
 local now = nowMs()
 
 local jobStatus = redis.call('HGET', jobKey, 'status')
 if isTerminalJob(jobStatus) then
   if status == 'queued' or status == 'claimed' or status == 'waiting' then
-    cancelTask(taskKey, jobKey, leasesKey, queuedKey, t[4], now)
+    cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
   end
   return reply(-4, {job_status = jobStatus})
 end
 
-if status == 'claimed' and t[3] == worker and tonumber(t[2]) > now then
-  local task = hashToMap(redis.call('HGETALL', taskKey))
+local leaseLeft = tonumber(task['lease_until']) - now
+if status == 'claimed' and task['owner'] == worker and leaseLeft > 0 then
   return reply(1, {task = task, job = hashToMap(redis.call('HGETALL', jobKey))})
 end
 
-if status == 'claimed' and tonumber(t[2]) <= now then
-  local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false)
+if status == 'claimed' and leaseLeft <= 0 then
+  local outcome = failAttempt('lease expired (owner ' .. task['owner'] .. ')', now, false)
   if outcome ~= 'requeued' then
     return reply(-2, {status = outcome, owner = '', lease_until = 0})
   end
+  task = hashToMap(redis.call('HGETALL', taskKey))
   status = 'queued'
 end
 
 if status ~= 'queued' then
-  return reply(-2, {status = status, owner = t[3], lease_until = t[2]})
+  return reply(-2, {status = status, owner = task['owner'], lease_until = task['lease_until']})
 end
 
 local leaseUntil = now + leaseMs
-local token = redis.call('HINCRBY', taskKey, 'token', 1)
+local token = tonumber(task['token']) + 1
 redis.call('HSET', taskKey, 'status', 'claimed', 'owner', worker, 'lease_until', leaseUntil,
-  'claimed_ms', now)
-redis.call('ZADD', leasesKey, leaseUntil, t[4])
-redis.call('ZREM', queuedKey, t[4])
+  'claimed_ms', now, 'token', token)
+redis.call('ZADD', leasesKey, leaseUntil, taskId)
+redis.call('ZREM', queuedKey, taskId)
+local job = hashToMap(redis.call('HGETALL', jobKey))
 if jobStatus == 'queued' then
   redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
+  job['status'] = 'running'
 end
-local task = hashToMap(redis.call('HGETALL', taskKey))
-emit(stream, jobMaxlen(jobKey), {'event', 'task.claimed', 'task_id', t[4], 'worker', worker,
-  'token', token, 'lease_until', leaseUntil, 'attempt', task['attempt']})
-return reply(1, {task = task, job = hashToMap(redis.call('HGETALL', jobKey))})
+task['status'], task['owner'], task['lease_until'] = 'claimed', worker, leaseUntil
+task['claimed_ms'], task['token'] = now, token
+emit(stream, tonumber(job['stream_maxlen'] or '10000'), {'event', 'task.claimed',
+  'task_id', taskId, 'worker', worker, 'token', token, 'lease_until', leaseUntil,
+  'attempt', task['attempt']})
+return reply(1, {task = task, job = job})
