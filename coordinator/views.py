@@ -50,6 +50,8 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
     }
     if with_tasks:
         doc["tasks"] = [task_doc(t) for t in state.tasks.list(job.job_id)]
+        usage = state.usage(job.job_id).get()
+        doc["usage"] = {**usage.model_dump(), "cache_hit_ratio": round(usage.cache_hit_ratio, 4)}
     return doc
 
 

@@ -42,6 +42,7 @@ from .models import (
 from .server import RedisServer, find_redis_server, free_port
 from .state import State
 from .tasks import Child, Claimed, Completion, TaskStore
+from .usage import JobUsage, Usage
 
 __all__ = [
     "ArtifactNotFound",
@@ -66,6 +67,7 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "JobStatus",
+    "JobUsage",
     "MemoryArtifacts",
     "NotFound",
     "RedisServer",
@@ -80,6 +82,7 @@ __all__ = [
     "TaskStore",
     "TokenBudget",
     "Trust",
+    "Usage",
     "WorkerInfo",
     "find_redis_server",
     "free_port",

@@ -12,6 +12,7 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:queued            zset   queued task id -> queued since (ms)
     rf:{<job>}:events            stream the job's events (capped)
     rf:{<job>}:budget            hash   the job's token budget: limit, used, reserved
+    rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
     rf:{<job>}:artifacts         zset   artifact id -> stored at (ms)
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
 
@@ -66,6 +67,10 @@ def budget(job_id: str) -> str:
     return f"{_tag(job_id)}:budget"
 
 
+def usage(job_id: str) -> str:
+    return f"{_tag(job_id)}:usage"
+
+
 def artifacts(job_id: str) -> str:
     return f"{_tag(job_id)}:artifacts"
 
@@ -87,5 +92,6 @@ def job_keys(job_id: str) -> list[str]:
         queued(job_id),
         job_events(job_id),
         budget(job_id),
+        usage(job_id),
         artifacts(job_id),
     ]

@@ -13,6 +13,7 @@ from .heartbeats import WorkerRegistry
 from .jobs import DEFAULT_RETENTION_S, JobStore
 from .scripts import Runner
 from .tasks import TaskStore
+from .usage import JobUsage
 
 
 class State:
@@ -54,6 +55,10 @@ class State:
     def budget(self, job_id: str) -> TokenBudget:
         """The token budget every model call of ``job_id`` reserves from."""
         return TokenBudget(self.runner, job_id)
+
+    def usage(self, job_id: str) -> JobUsage:
+        """The job's model usage, recorded after every call."""
+        return JobUsage(self.runner, job_id)
 
     def artifacts(self, job_id: str) -> ArtifactStore:
         return ArtifactStore(self.client, job_id, retention_s=self.jobs.retention_s)

@@ -11,6 +11,7 @@ is a cache bust, recorded with its cause: the slot of the first difference.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -56,6 +57,13 @@ class CallRecord:
     bust: str = ""  # cause of a cache bust, "" if none
     kind: str = "step"  # "step" or "compaction" (a summarizing call)
 
+    def cost_usd(self, price: Price) -> float:
+        fresh = self.input_tokens - self.cached_tokens
+        return (
+            fresh * price.input + self.cached_tokens * price.cached_input
+            + self.output_tokens * price.output
+        ) / 1e6  # fmt: skip
+
 
 def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str]:
     """Tokens of the leading blocks both calls share, and the bust cause if any.
@@ -73,13 +81,43 @@ def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str
     return tokens, ""
 
 
+class UsageSink(Protocol):
+    """Where a job's totals are kept (``shared_state.JobUsage`` in Redis)."""
+
+    def record(
+        self,
+        *,
+        input_tokens: int,
+        cached_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        compaction: bool = False,
+    ) -> object: ...
+
+
 @dataclass
 class CallLedger:
-    """The calls of one task (or one benchmark strategy), with totals."""
+    """The calls of one task (or one benchmark strategy), with totals.
+
+    With a ``job`` sink, every call is also added to the job's totals in Redis.
+    """
 
     model: str = "default"
+    job: UsageSink | None = None
     calls: list[CallRecord] = field(default_factory=list)
     _last_blocks: list[Block] = field(default_factory=list)
+
+    def _add(self, record: CallRecord) -> CallRecord:
+        self.calls.append(record)
+        if self.job is not None:
+            self.job.record(
+                input_tokens=record.input_tokens,
+                cached_tokens=record.cached_tokens,
+                output_tokens=record.output_tokens,
+                cost_usd=record.cost_usd(price_of(self.model)),
+                compaction=record.kind == "compaction",
+            )
+        return record
 
     def record_prompt(
         self,
@@ -109,12 +147,11 @@ class CallLedger:
             prefix_hash=prompt.prefix_hash(),
             bust=bust,
         )
-        self.calls.append(record)
-        return record
+        return self._add(record)
 
     def record_compaction(self, *, step: int, input_tokens: int, output_tokens: int) -> None:
         """A summarizing call made to compact a context (its cost counts too)."""
-        self.calls.append(
+        self._add(
             CallRecord(
                 step=step,
                 input_tokens=input_tokens,
@@ -136,11 +173,7 @@ class CallLedger:
         input_tokens = sum(c.input_tokens for c in self.calls)
         cached = sum(c.cached_tokens for c in self.calls)
         output = sum(c.output_tokens for c in self.calls)
-        cost = (
-            (input_tokens - cached) * price.input
-            + cached * price.cached_input
-            + output * price.output
-        ) / 1e6
+        cost = sum(c.cost_usd(price) for c in self.calls)
         return {
             "calls": len(self.calls),
             "total_input_tokens": input_tokens,
