@@ -3,9 +3,15 @@
     WorkerError                    root: anything the worker runtime raises itself
     ├── LeaseLost                  this worker no longer owns its task: stop, write nothing
     ├── NotInWorker                execute() was called outside a redfleet worker process
-    └── ContextError               a model call's context cannot be built within budget
-        ├── PromptTooLarge         a slot that may not shrink is over its budget
-        └── ContextCeilingExceeded the kill switch: the call would cross the hard ceiling
+    ├── ContextError               a model call's context cannot be built within budget
+    │   ├── PromptTooLarge         a slot that may not shrink is over its budget
+    │   └── ContextCeilingExceeded the kill switch: the call would cross the hard ceiling
+    └── ProviderError              a model provider refused or failed a call
+        ├── AuthError              bad or missing API key
+        ├── ModelNotFound          the provider does not know the model
+        ├── BadRequest             the provider rejected the request (400)
+        ├── ProviderUnavailable    429 / 5xx / connection errors, after bounded retries
+        └── ScenarioExhausted      a scripted provider has no step left for the call
 
 State-layer errors (``shared_state.StateError``) pass through unchanged.
 """
@@ -52,3 +58,27 @@ class ContextCeilingExceeded(ContextError):
         self.tokens = tokens
         self.ceiling = ceiling
         self.diagnostic = diagnostic
+
+
+class ProviderError(WorkerError):
+    """A model provider refused or failed a call; the message names the provider."""
+
+
+class AuthError(ProviderError):
+    """The provider rejected the API key (or none was given)."""
+
+
+class ModelNotFound(ProviderError):
+    """The provider does not serve the requested model."""
+
+
+class BadRequest(ProviderError):
+    """The provider rejected the request itself (HTTP 400)."""
+
+
+class ProviderUnavailable(ProviderError):
+    """Rate limits, server errors or connection failures outlasted the retries."""
+
+
+class ScenarioExhausted(ProviderError):
+    """A scripted provider was called more often than its scenario has steps."""

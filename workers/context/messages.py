@@ -17,6 +17,7 @@ class ToolCall(BaseModel):
     id: str
     name: str
     arguments: dict[str, Any] = {}
+    invalid: str = ""  # why the model's arguments could not be used ("" when they can)
 
     @cached_property
     def arguments_json(self) -> str:

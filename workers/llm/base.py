@@ -1,0 +1,129 @@
+"""The provider seam: messages and tools in; text, tool calls and usage out.
+
+Backends: ``openai`` (OpenAI-compatible chat completions — also vLLM, Ollama,
+llama.cpp and LM Studio servers), ``anthropic`` (messages API with prompt
+caching) and ``scripted`` (a deterministic replay for tests, demos and
+benchmarks). HTTP backends share ``post_json``: a timeout, bounded retries
+with exponential backoff (honouring ``Retry-After``) on 429, 5xx and
+connection errors, and one clear error for a bad key, an unknown model or a
+rejected request.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from ..context.engine import ToolSpec
+from ..context.messages import Message, ToolCall
+from ..errors import AuthError, BadRequest, ModelNotFound, ProviderUnavailable
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    input_tokens: int  # all input, cached included
+    cached_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: TokenUsage
+    provider: str
+    model: str
+    stop_reason: str = ""
+
+    def message(self) -> Message:
+        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
+
+
+class Provider(Protocol):
+    name: str
+    model: str
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
+    ) -> ModelResponse: ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    timeout_s: float = 60.0
+
+    def delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(float(retry_after), self.max_delay_s)
+            except ValueError:
+                pass  # an HTTP date: fall back to our own backoff
+        backoff = self.base_delay_s * 2 ** (attempt - 1)
+        return min(backoff, self.max_delay_s) * (0.5 + random.random() / 2)
+
+
+RETRYABLE = (httpx.TransportError,)
+
+
+@dataclass
+class HttpJson:
+    """POST JSON with bounded retries; errors mapped to the provider errors."""
+
+    provider: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Callable[[float], None] = time.sleep
+    client: httpx.Client | None = None
+
+    def post(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        client = self.client or httpx.Client(timeout=self.retry.timeout_s)
+        last = ""
+        try:
+            for attempt in range(1, self.retry.attempts + 1):
+                try:
+                    resp = client.post(url, json=payload, headers=headers)
+                except RETRYABLE as exc:
+                    last, retry_after = f"{type(exc).__name__}: {exc}", None
+                else:
+                    if resp.status_code == 200:
+                        return resp.json()
+                    self._raise_final(resp)
+                    last = f"HTTP {resp.status_code}"
+                    retry_after = resp.headers.get("retry-after")
+                if attempt < self.retry.attempts:
+                    self.sleep(self.retry.delay(attempt, retry_after))
+        finally:
+            if self.client is None:
+                client.close()
+        raise ProviderUnavailable(
+            f"{self.provider}: no answer from {url} after {self.retry.attempts} attempts ({last})"
+        )
+
+    def _raise_final(self, resp: httpx.Response) -> None:
+        """Errors that retrying cannot fix."""
+        detail = _error_text(resp)
+        if resp.status_code in (401, 403):
+            raise AuthError(f"{self.provider}: the API key was rejected ({detail})")
+        if resp.status_code == 404:
+            raise ModelNotFound(f"{self.provider}: unknown model or endpoint ({detail})")
+        if resp.status_code == 429 or resp.status_code >= 500:
+            return
+        raise BadRequest(f"{self.provider}: HTTP {resp.status_code}: {detail}")
+
+
+def _error_text(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200] or resp.reason_phrase
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:200]
+    return str(error)[:200]

@@ -1,0 +1,101 @@
+"""OpenAI-compatible chat completions (OpenAI, vLLM, Ollama, llama.cpp, LM Studio)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..context.engine import ToolSpec
+from ..context.messages import Message, ToolCall
+from .base import HttpJson, ModelResponse, RetryPolicy, TokenUsage
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        http: HttpJson | None = None,
+    ) -> None:
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        # Local servers accept any key; the hosted API answers 401 without one.
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.http = http or HttpJson(self.name, retry or RetryPolicy())
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
+    ) -> ModelResponse:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire(m) for m in messages],
+            "max_tokens": max_tokens,
+        }
+        if tools:
+            payload["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in tools
+            ]
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        body = self.http.post(self.url, payload, headers)
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+        usage = body.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return ModelResponse(
+            text=message.get("content") or "",
+            tool_calls=tuple(_tool_call(c) for c in message.get("tool_calls") or ()),
+            usage=TokenUsage(
+                input_tokens=int(usage.get("prompt_tokens", 0)),
+                cached_tokens=int(details.get("cached_tokens") or 0),
+                output_tokens=int(usage.get("completion_tokens", 0)),
+            ),
+            provider=self.name,
+            model=body.get("model", self.model),
+            stop_reason=choice.get("finish_reason") or "",
+        )
+
+
+def _wire(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    wire: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        wire["content"] = m.content or None
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_json},
+            }
+            for c in m.tool_calls
+        ]
+    return wire
+
+
+def _tool_call(raw: dict[str, Any]) -> ToolCall:
+    function = raw.get("function") or {}
+    name, text = function.get("name", ""), function.get("arguments") or "{}"
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        return ToolCall(id=raw.get("id", ""), name=name, invalid=f"arguments are not JSON: {exc}")
+    if not isinstance(arguments, dict):
+        return ToolCall(id=raw.get("id", ""), name=name, invalid="arguments are not an object")
+    return ToolCall(id=raw.get("id", ""), name=name, arguments=arguments)
