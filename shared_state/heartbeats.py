@@ -6,7 +6,7 @@ from typing import Any
 
 from . import keys
 from .models import WorkerInfo
-from .scripts import Runner
+from .scripts import Runner, to_ms
 
 
 class WorkerRegistry:
@@ -33,8 +33,8 @@ class WorkerRegistry:
         for worker_id in ids:
             pipe.hgetall(keys.worker(worker_id))
         pipe.time()
-        *records, (sec, usec) = pipe.execute()
-        now_ms = sec * 1000 + usec // 1000
+        *records, now = pipe.execute()
+        now_ms = to_ms(now)
         found, gone = [], []
         for worker_id, raw in zip(ids, records, strict=True):
             if not raw:

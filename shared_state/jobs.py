@@ -11,7 +11,7 @@ from .delivery import Delivery, Envelope
 from .errors import Code, JobFinished, JobNotFound
 from .events import DEFAULT_JOB_MAXLEN, EventLog
 from .models import Job, JobSpec, JobStatus, Role
-from .scripts import Runner
+from .scripts import Runner, server_ms
 from .tasks import new_task_id
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
@@ -45,8 +45,7 @@ class JobStore:
         """
         job_id = f"j-{secrets.token_hex(6)}"
         root = new_task_id(Role.PLANNER)
-        sec, usec = self.client.time()
-        now = sec * 1000 + usec // 1000
+        now = server_ms(self.client)
         job = Job(
             job_id=job_id,
             goal=spec.goal,

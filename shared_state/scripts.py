@@ -85,6 +85,17 @@ def evalsha(
     return client.evalsha(script.sha, len(keys), *keys, *args)
 
 
+def to_ms(time_reply: tuple[int, int]) -> int:
+    """A TIME reply (seconds, microseconds) in milliseconds."""
+    sec, usec = time_reply
+    return sec * 1000 + usec // 1000
+
+
+def server_ms(client: redis.Redis) -> int:
+    """Redis server time in ms: the clock every lease and index uses, never the host's."""
+    return to_ms(client.time())
+
+
 def load(client: redis.Redis, name: str) -> None:
     client.script_load(SCRIPTS[name].source)
 

@@ -9,7 +9,7 @@ or reaped attempt) are delivered here, so no caller can forget to.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from . import keys
 from .delivery import Delivery, Envelope
 from .errors import Code, Fenced, JobFinished, StateError, TaskNotFound
 from .models import Claim, Job, Role, Task
-from .scripts import Runner, ScriptResult
+from .scripts import Runner, ScriptResult, server_ms, to_ms
 
 
 def new_task_id(role: Role) -> str:
@@ -207,28 +207,22 @@ class TaskStore:
 
     def expired(self, job_ids: Sequence[str]) -> list[tuple[str, str]]:
         """(job_id, task_id) of claims whose lease deadline has passed (Redis time)."""
-        if not job_ids:
-            return []
-        sec, usec = self.client.time()
-        now_ms = sec * 1000 + usec // 1000
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.zrangebyscore(keys.leases(job_id), "-inf", now_ms)
-        return [
-            (job_id, t.decode())
-            for job_id, ids in zip(job_ids, pipe.execute(), strict=True)
-            for t in ids
-        ]
+        return self._due(job_ids, keys.leases, 0)
 
     def queued_since(self, job_ids: Sequence[str], older_than_ms: int) -> list[tuple[str, str]]:
         """(job_id, task_id) of tasks queued for longer than ``older_than_ms``."""
+        return self._due(job_ids, keys.queued, older_than_ms)
+
+    def _due(
+        self, job_ids: Sequence[str], index: Callable[[str], str], age_ms: int
+    ) -> list[tuple[str, str]]:
+        """Members of each job's time index scored at or before now - ``age_ms``."""
         if not job_ids:
             return []
-        sec, usec = self.client.time()
-        cutoff = sec * 1000 + usec // 1000 - older_than_ms
+        cutoff = server_ms(self.client) - age_ms
         pipe = self.client.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.zrangebyscore(keys.queued(job_id), "-inf", cutoff)
+            pipe.zrangebyscore(index(job_id), "-inf", cutoff)
         return [
             (job_id, t.decode())
             for job_id, ids in zip(job_ids, pipe.execute(), strict=True)
@@ -241,8 +235,8 @@ class TaskStore:
         for job_id in job_ids:
             pipe.zrange(keys.leases(job_id), 0, -1)
         pipe.time()
-        *lists, (sec, usec) = pipe.execute()
-        now_ms = sec * 1000 + usec // 1000
+        *lists, now = pipe.execute()
+        now_ms = to_ms(now)
         tasks = self._fetch(
             [(job_id, t.decode()) for job_id, ids in zip(job_ids, lists, strict=True) for t in ids]
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared_state import Child, Fenced, JobFinished, JobSpec, Role, State, TaskStatus, keys
+from shared_state.scripts import server_ms
 
 from .conftest import events_named, wait_for
 from .helpers import job_with_children
@@ -134,8 +135,7 @@ def test_spawn_delivers_one_envelope_per_child_on_its_role_queue(state: State) -
 
 
 def _now(state: State) -> int:
-    sec, usec = state.client.time()
-    return sec * 1000 + usec // 1000
+    return server_ms(state.client)
 
 
 def _child() -> Child:

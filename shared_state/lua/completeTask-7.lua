@@ -42,11 +42,8 @@ if done0[1] == 'succeeded' and done0[2] == token and done0[3] == worker then
 end
 local refused = fence(taskKey, jobKey, stream, token, worker, 'complete')
 if refused then return refused end
-local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then
-  cancelTask(taskKey, jobKey, leasesKey, queuedKey, redis.call('HGET', taskKey, 'task_id'), nowMs())
-  return reply(-4, {job_status = jobStatus})
-end
+local finished = endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
+if finished then return finished end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)

@@ -31,12 +31,8 @@ local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local refused = fence(taskKey, jobKey, stream, token, worker, 'renew')
 if refused then return refused end
-local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then
-  -- The owner learns here that its job ended: the task ends with it.
-  cancelTask(taskKey, jobKey, leasesKey, nil, redis.call('HGET', taskKey, 'task_id'), nowMs())
-  return reply(-4, {job_status = jobStatus})
-end
+local finished = endIfJobFinished(taskKey, jobKey, leasesKey, nil)
+if finished then return finished end
 
 local taskId = redis.call('HGET', taskKey, 'task_id')
 local leaseUntil = nowMs() + leaseMs

@@ -35,11 +35,8 @@ local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
 
 local refused = fence(parentKey, jobKey, stream, token, worker, 'spawn')
 if refused then return refused end
-local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then
-  cancelTask(parentKey, jobKey, leasesKey, queuedKey, redis.call('HGET', parentKey, 'task_id'), nowMs())
-  return reply(-4, {job_status = jobStatus})
-end
+local finished = endIfJobFinished(parentKey, jobKey, leasesKey, queuedKey)
+if finished then return finished end
 
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)

@@ -8,34 +8,22 @@ writes separately; ``input_tokens`` here is the whole input, cached included.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpJson, ModelResponse, RetryPolicy, TokenUsage
+from .base import HttpProvider, ModelResponse, TokenUsage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     name = "anthropic"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        retry: RetryPolicy | None = None,
-        http: HttpJson | None = None,
-    ) -> None:
-        self.model = model
-        self.url = base_url.rstrip("/") + "/v1/messages"
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
-        self.http = http or HttpJson(self.name, retry or RetryPolicy())
+    path = "/v1/messages"
+    key_env = "ANTHROPIC_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
 
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int

@@ -11,6 +11,7 @@ rejected request.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -127,3 +128,27 @@ def _error_text(resp: httpx.Response) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)[:200]
     return str(error)[:200]
+
+
+class HttpProvider:
+    """What the HTTP backends share: model, endpoint, key from the environment, retries."""
+
+    name: str
+    path: str  # appended to the base URL
+    key_env: str  # environment variable holding the API key
+    default_base_url: str
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        http: HttpJson | None = None,
+    ) -> None:
+        self.model = model
+        self.url = (base_url or self.default_base_url).rstrip("/") + self.path
+        # Local servers accept any key; hosted APIs answer 401 without one.
+        self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
+        self.http = http or HttpJson(self.name, retry or RetryPolicy())

@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpJson, ModelResponse, RetryPolicy, TokenUsage
+from .base import HttpProvider, ModelResponse, TokenUsage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     name = "openai"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        retry: RetryPolicy | None = None,
-        http: HttpJson | None = None,
-    ) -> None:
-        self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        # Local servers accept any key; the hosted API answers 401 without one.
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        self.http = http or HttpJson(self.name, retry or RetryPolicy())
+    path = "/chat/completions"
+    key_env = "OPENAI_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
 
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int

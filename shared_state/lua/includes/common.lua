@@ -12,6 +12,8 @@
   expireTask / expireJob        start the retention clock of a finished task,
                                 or of a finished job's own keys.
   cancelTask                    end a task of a finished job (status cancelled).
+  endIfJobFinished              for an owner's write: if the job has finished, end
+                                the task with it and return the -4 reply.
 ]]
 local emitted = {}
 
@@ -67,4 +69,11 @@ local function cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
   redis.call('ZREM', leasesKey, taskId)
   if queuedKey then redis.call('ZREM', queuedKey, taskId) end
   expireTask(taskKey, jobKey)
+end
+
+local function endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
+  local jobStatus = redis.call('HGET', jobKey, 'status')
+  if not isTerminalJob(jobStatus) then return nil end
+  cancelTask(taskKey, jobKey, leasesKey, queuedKey, redis.call('HGET', taskKey, 'task_id'), nowMs())
+  return reply(-4, {job_status = jobStatus})
 end
