@@ -153,13 +153,10 @@ class JobStore:
 
         The scripts already started the retention clock of each task as it
         finished; the active set is a cross-job key, so no script may touch it
-        together with the job's keys. One round trip.
+        together with the job's keys.
         """
-        with self.client.pipeline(transaction=False) as pipe:
-            for key in keys.job_keys(job_id):
-                pipe.expire(key, self.retention_s)
-            pipe.srem(keys.ACTIVE_JOBS, job_id)
-            pipe.execute()
+        retention_ms = self.client.hget(keys.job(job_id), "retention_ms")
+        self._expire(job_id, [], retention_ms)
 
     def finalize(self, job_id: str) -> bool:
         """Retire a finished job and set every key of it to expire.
@@ -168,16 +165,18 @@ class JobStore:
         left unfinished. Idempotent; the reaper calls it for any active job
         found finished, so a crash right after a job's last script loses nothing.
         """
-        status = self.client.hget(keys.job(job_id), "status")
-        if status is None:
-            self.client.srem(keys.ACTIVE_JOBS, job_id)
-            return True
-        if not JobStatus(status.decode()).finished:
+        status, retention_ms = self.client.hmget(keys.job(job_id), "status", "retention_ms")
+        if status is not None and not JobStatus(status.decode()).finished:
             return False
         task_ids = [t.decode() for t in self.client.smembers(keys.tasks(job_id))]
+        self._expire(job_id, [keys.task(job_id, t) for t in task_ids], retention_ms)
+        return True
+
+    def _expire(self, job_id: str, extra: list[str], retention_ms: bytes | None) -> None:
+        """Set the job's keys (and ``extra``) to expire after its own retention."""
+        ttl_ms = int(retention_ms) if retention_ms else self.retention_s * 1000
         with self.client.pipeline(transaction=False) as pipe:
-            for key in [*keys.job_keys(job_id), *(keys.task(job_id, t) for t in task_ids)]:
-                pipe.expire(key, self.retention_s)
+            for key in [*keys.job_keys(job_id), *extra]:
+                pipe.pexpire(key, ttl_ms)
             pipe.srem(keys.ACTIVE_JOBS, job_id)
             pipe.execute()
-        return True

@@ -107,3 +107,12 @@ def test_pruning_drops_expired_jobs_from_the_index_only(state: State) -> None:
     state.client.delete(keys.job(expired.job_id))
     assert state.jobs.prune_index() == 1
     assert [j.decode() for j in state.client.zrange(keys.JOBS, 0, -1)] == [kept.job_id]
+
+
+def test_retention_is_the_jobs_own_not_the_retiring_processs(state: State, redis_url) -> None:
+    submitter = State.connect(redis_url, retention_s=120)
+    job = submitter.jobs.submit(JobSpec(goal="g"))
+    root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
+    state.tasks.complete(root, "")
+    state.jobs.retire(job.job_id)  # `state` has the default retention of 7 days
+    assert _expiring(state, keys.budget(job.job_id), 120)
