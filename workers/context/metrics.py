@@ -125,6 +125,7 @@ class CallLedger:
         *,
         step: int,
         output_tokens: int,
+        input_tokens: int | None = None,
         tool: str = "",
         tool_result_bytes: int = 0,
         cached_tokens: int | None = None,
@@ -136,7 +137,8 @@ class CallLedger:
         self._last_blocks = prompt.blocks
         record = CallRecord(
             step=step,
-            input_tokens=prompt.total_tokens,
+            # The provider's count when it gave one (it bills by it), else ours.
+            input_tokens=prompt.total_tokens if input_tokens is None else input_tokens,
             prefix_tokens=prefix,
             cached_tokens=prefix if cached_tokens is None else cached_tokens,
             output_tokens=output_tokens,

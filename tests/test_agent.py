@@ -1,0 +1,116 @@
+"""The agent loop: tools, malformed calls, the budget and usage, with real providers' wire."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from shared_state import BudgetExceeded, JobSpec, MemoryArtifacts, State
+from workers.agent import AgentLimits, AgentLoop, Tool, ToolBox
+from workers.context import CallLedger, ContextEngine, WorkingState
+from workers.llm import OpenAIProvider, RetryPolicy, Scenario, ScriptedProvider
+
+from .loopback import Loopback
+
+
+class AddArgs(pydantic.BaseModel):
+    a: int
+    b: int
+
+
+ADD = Tool.of("add", "Add two integers.", AddArgs, lambda args: str(args.a + args.b))
+SYSTEM = "You add numbers with the add tool, then answer."
+
+
+def scenario(*steps: dict) -> Scenario:
+    return Scenario.model_validate({"name": "t", "roles": {"coder": list(steps)}})
+
+
+def loop(provider, **kw) -> AgentLoop:
+    return AgentLoop(provider, ContextEngine(MemoryArtifacts()), ToolBox([ADD]), **kw)
+
+
+def test_a_tool_call_then_an_answer_completes_the_run_with_per_step_usage() -> None:
+    provider = ScriptedProvider(
+        scenario({"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}]}, {"text": "5"}),
+        "coder",
+    )
+    ledger = CallLedger()
+    outcome = loop(provider, ledger=ledger).run(SYSTEM, WorkingState(goal="add"), [])
+    assert (outcome.ok, outcome.answer, outcome.steps) == (True, "5", 2)
+    result = next(m for m in outcome.history if m.role == "tool")
+    assert result.content == "5" and result.tool_call_id == "call_coder_0_0"
+    assert [c.tool for c in ledger.calls] == ["add", ""]
+    assert all(c.input_tokens > 0 and c.output_tokens > 0 for c in ledger.calls)
+
+
+def test_malformed_tool_calls_go_back_to_the_model_then_fail_the_run_with_the_reason() -> None:
+    bad = [
+        {"tool_calls": [{"name": "mul", "arguments": {}}]},
+        {"tool_calls": [{"name": "add", "arguments": {"a": "x"}}]},
+        {"tool_calls": [{"name": "add", "arguments": {"a": 1}}]},
+        {"tool_calls": [{"name": "nope", "arguments": {}}]},
+    ]
+    provider = ScriptedProvider(scenario(*bad), "coder")
+    outcome = loop(provider, ledger=CallLedger()).run(SYSTEM, WorkingState(goal="g"), [])
+    assert not outcome.ok and outcome.steps == 4
+    assert outcome.reason.startswith("the model made 4 invalid tool calls (limit 3)")
+    errors = [m.content for m in outcome.history if m.role == "tool"]
+    assert errors[0].startswith("error: unknown tool 'mul'; available: add")
+    assert "a: Input should be a valid integer" in errors[1]
+    assert "b: Field required" in errors[2]
+
+
+def test_a_call_over_the_job_budget_is_refused_before_it_is_sent(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=500))
+    provider = ScriptedProvider(scenario({"text": "hi"}), "coder")
+    agent = loop(provider, ledger=CallLedger(), budget=state.budget(job.job_id))
+    with pytest.raises(BudgetExceeded):
+        agent.run(SYSTEM, WorkingState(goal="g"), [])
+    assert provider.step == 0  # nothing was sent
+    assert state.budget(job.job_id).state().reserved == 0
+
+
+def test_a_run_over_openai_wire_survives_429_500_and_a_malformed_call(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=100_000))
+
+    def answer(message: dict, prompt: int) -> dict:
+        usage = {"prompt_tokens": prompt, "completion_tokens": 7}
+        return {"model": "m", "choices": [{"message": message}], "usage": usage}
+
+    good = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a":1,"b":2}'},
+    }
+    broken = {"id": "c2", "type": "function", "function": {"name": "add", "arguments": "{"}}
+    with Loopback() as server:
+        server.answer(429, {"error": {"message": "slow"}}, **{"retry-after": "0"})
+        server.answer(200, answer({"content": None, "tool_calls": [broken]}, 300))
+        server.answer(500, {"error": {"message": "oops"}})
+        server.answer(200, answer({"content": None, "tool_calls": [good]}, 320))
+        server.answer(200, answer({"content": "3"}, 340))
+        fast = RetryPolicy(attempts=3, base_delay_s=0.01, timeout_s=5)
+        provider = OpenAIProvider("m", base_url=server.url, api_key="k", retry=fast)
+        ledger = CallLedger(job=state.usage(job.job_id))
+        outcome = loop(provider, ledger=ledger, budget=state.budget(job.job_id)).run(
+            SYSTEM, WorkingState(goal="g"), []
+        )
+    assert (outcome.ok, outcome.answer) == (True, "3")
+    tool_results = [m.content for m in outcome.history if m.role == "tool"]
+    assert tool_results[0].startswith("error: tool call 'add' rejected: arguments are not JSON")
+    assert tool_results[1] == "3"
+    assert [c.input_tokens for c in ledger.calls] == [300, 320, 340]
+    usage = state.usage(job.job_id).get()
+    assert (usage.calls, usage.input_tokens, usage.output_tokens) == (3, 960, 21)
+    budget = state.budget(job.job_id).state()
+    assert (budget.used, budget.reserved) == (960 + 21, 0)
+
+
+def test_the_run_stops_at_the_step_limit() -> None:
+    step = {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 1}}]}
+    provider = ScriptedProvider(scenario(*[step] * 5), "coder")
+    outcome = loop(provider, ledger=CallLedger(), limits=AgentLimits(max_steps=3)).run(
+        SYSTEM, WorkingState(goal="g"), []
+    )
+    assert not outcome.ok and outcome.reason == "no answer within 3 steps"
