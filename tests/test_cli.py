@@ -27,7 +27,7 @@ def run(*args: str, url: str | None, home: str | None = None, timeout: float = 1
     )
 
 
-def _one_line_error(proc, *needles: str) -> None:
+def assert_one_line_error(proc, *needles: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -88,7 +88,7 @@ def test_cancelling_a_finished_job_is_an_error(state: State, redis_url) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     state.tasks.complete(root, "")
-    _one_line_error(run("cancel", job.job_id, url=redis_url), "is succeeded")
+    assert_one_line_error(run("cancel", job.job_id, url=redis_url), "is succeeded")
 
 
 def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -> None:
@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_naming_what_is_wrong_with_exit_code_2(
     redis_url, args, url, needles
 ) -> None:
     url = url.format(url=redis_url, port=free_port())
-    _one_line_error(run(*args, url=url), *needles)
+    assert_one_line_error(run(*args, url=url), *needles)
 
 
 @pytest.mark.parametrize(
