@@ -39,6 +39,7 @@ from .models import (
     TaskStatus,
     WorkerInfo,
 )
+from .records import EffectStatus, JournalEntry, Records
 from .server import RedisServer, find_redis_server, free_port
 from .state import State
 from .tasks import Child, Claimed, Completion, TaskStore
@@ -58,6 +59,7 @@ __all__ = [
     "Completion",
     "ConnectionFailed",
     "Delivery",
+    "EffectStatus",
     "Envelope",
     "Event",
     "EventLog",
@@ -68,8 +70,10 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "JobUsage",
+    "JournalEntry",
     "MemoryArtifacts",
     "NotFound",
+    "Records",
     "RedisServer",
     "Role",
     "Scenario",

@@ -15,6 +15,9 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
     rf:{<job>}:artifacts         zset   artifact id -> stored at (ms)
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
+    rf:{<job>}:journal           hash   idempotency key -> journaled tool call (intent, result)
+    rf:{<job>}:checkpoints       hash   task id -> its last WorkingState (JSON)
+    rf:{<job>}:workspace         hash   file path -> artifact id (the files the coders wrote)
 
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
@@ -79,6 +82,18 @@ def artifact(job_id: str, artifact_id: str) -> str:
     return f"{_tag(job_id)}:artifact:{artifact_id}"
 
 
+def journal(job_id: str) -> str:
+    return f"{_tag(job_id)}:journal"
+
+
+def checkpoints(job_id: str) -> str:
+    return f"{_tag(job_id)}:checkpoints"
+
+
+def workspace(job_id: str) -> str:
+    return f"{_tag(job_id)}:workspace"
+
+
 def worker(worker_id: str) -> str:
     return f"{PREFIX}:{{workers}}:{worker_id}"
 
@@ -94,4 +109,7 @@ def job_keys(job_id: str) -> list[str]:
         budget(job_id),
         usage(job_id),
         artifacts(job_id),
+        journal(job_id),
+        checkpoints(job_id),
+        workspace(job_id),
     ]

@@ -37,13 +37,17 @@ class JobStatus(StrEnum):
 
 
 class Scenario(StrEnum):
-    """Scripted task behaviours (no model is called).
+    """What a job's tasks do.
 
-    noop: every task finishes at once. slow: every task takes ~3 s in 0.5 s
-    steps, renewing its lease. crash: fault injection for fleet tests — the
-    first coder task kills its own worker process on every attempt.
+    agents: the planner, coder and reviewer roles, driven by the fleet's model
+    provider (the ``scripted`` provider replays a script; no model is called).
+    The others are scripted task behaviours for exercising the core, with no
+    model at all. noop: every task finishes at once. slow: every task takes
+    ~3 s in 0.5 s steps, renewing its lease. crash: fault injection for fleet
+    tests — the first coder task kills its own worker process on every attempt.
     """
 
+    AGENTS = "agents"
     NOOP = "noop"
     SLOW = "slow"
     CRASH = "crash"
@@ -78,6 +82,7 @@ class Job(_Record):
     max_attempts: int
     status: JobStatus
     reason: str = ""
+    result: str = ""  # the root task's result (an agents job: its report artifact id)
     root_task: str
     created_ms: int
     finished_ms: int = 0
@@ -89,6 +94,8 @@ class Task(_Record):
     role: Role
     parent_id: str = ""
     brief: str = ""
+    input: str = ""  # artifact id of the task's input (brief, refs), "" for a root
+    wave: str = ""  # the parent's resume stage when this task was spawned
     status: TaskStatus
     attempt: int = 1
     token: int = 0

@@ -11,6 +11,7 @@ from .errors import ConnectionFailed
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
 from .heartbeats import WorkerRegistry
 from .jobs import DEFAULT_RETENTION_S, JobStore
+from .records import Records
 from .scripts import Runner
 from .tasks import TaskStore
 from .usage import JobUsage
@@ -59,6 +60,10 @@ class State:
     def usage(self, job_id: str) -> JobUsage:
         """The job's model usage, recorded after every call."""
         return JobUsage(self.runner, job_id)
+
+    def records(self, job_id: str) -> Records:
+        """The job's journal, checkpoints and workspace."""
+        return Records(self.tasks, job_id)
 
     def artifacts(self, job_id: str) -> ArtifactStore:
         return ArtifactStore(self.client, job_id, retention_s=self.jobs.retention_s)

@@ -26,10 +26,15 @@ def new_task_id(role: Role) -> str:
 
 @dataclass(frozen=True)
 class Child:
-    """A task to spawn: its role and a short brief (payloads go by reference)."""
+    """A task to spawn: its role, a short brief and its input's artifact id.
+
+    Payloads go by reference: anything longer than the brief lives in the
+    input artifact.
+    """
 
     role: Role
     brief: str = ""
+    input: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,23 +134,56 @@ class TaskStore:
             self.delivery.send([Envelope(claim.job_id, claim.task_id, claim.role)])
         return outcome
 
-    def spawn(self, claim: Claim, stage: str, children: Sequence[Child]) -> list[str]:
-        """Create child tasks, park the parent as waiting (resuming at ``stage``)."""
+    def spawn(
+        self,
+        claim: Claim,
+        stage: str,
+        children: Sequence[Child],
+        *,
+        journal: tuple[str, str] = ("", ""),
+    ) -> list[str]:
+        """Create child tasks, park the parent as waiting (resuming at ``stage``).
+
+        ``journal`` is a (key, entry) written to the job's journal in the same
+        atomic step, for a spawn made by a journaled tool call.
+        """
         if not children:
             raise ValueError("spawn needs at least one child")
         ids = [new_task_id(c.role) for c in children]
-        child_args = [x for i, c in zip(ids, children, strict=True) for x in (i, c.role, c.brief)]
+        child_args = [
+            x for i, c in zip(ids, children, strict=True) for x in (i, c.role, c.brief, c.input)
+        ]
         res = self.runner.run(
             "spawnChildren",
             claim.job_id,
-            [*_task_keys(claim.job_id, claim.task_id), *(keys.task(claim.job_id, i) for i in ids)],
-            [claim.token, claim.owner, stage, *child_args],
+            [
+                *_task_keys(claim.job_id, claim.task_id),
+                keys.journal(claim.job_id),
+                *(keys.task(claim.job_id, i) for i in ids),
+            ],
+            [claim.token, claim.owner, stage, *journal, *child_args],
         )
         self._check(res, claim)
         self.delivery.send(
             Envelope(claim.job_id, i, c.role) for i, c in zip(ids, children, strict=True)
         )
         return ids
+
+    def owner_write(self, claim: Claim, writes: Sequence[tuple[str, str, str]]) -> None:
+        """Fenced HSETs into hashes of the claim's job: (key, field, value) each."""
+        targets = list(dict.fromkeys(key for key, _, _ in writes))
+        args = [x for key, f, v in writes for x in (targets.index(key) + 1, f, v)]
+        res = self.runner.run(
+            "ownerWrite",
+            claim.job_id,
+            [*_task_keys(claim.job_id, claim.task_id)[:5], *targets],
+            [claim.token, claim.owner, *args],
+        )
+        self._check(res, claim)
+
+    def children(self, job_id: str, parent_id: str, wave: str) -> list[Task]:
+        """The tasks ``parent_id`` spawned for the stage ``wave``, in creation order."""
+        return [t for t in self.list(job_id) if t.parent_id == parent_id and t.wave == wave]
 
     @staticmethod
     def _check(res: ScriptResult, claim: Claim) -> None:

@@ -41,6 +41,6 @@ def test_a_resumed_task_continues_at_its_recorded_step() -> None:
     assert provider.complete([], [], max_tokens=10).text == "done"
 
 
-def test_an_unknown_role_is_named() -> None:
-    with pytest.raises(ValueError, match="no role 'planner'"):
+def test_an_unknown_script_key_is_named() -> None:
+    with pytest.raises(ScenarioExhausted, match="no script for 'planner'"):
         ScriptedProvider(SCENARIO, "planner")

@@ -9,18 +9,26 @@ and stops with a stated reason otherwise — never a crash:
 - every call is recorded in the ledger (and, through it, in the job's usage);
 - a malformed tool call (arguments that are not JSON, an unknown tool,
   arguments that do not fit the tool) goes back to the model as a tool error,
-  at most ``max_tool_errors`` times in a run; past that the run fails.
+  at most ``max_tool_errors`` times in a run; past that the run fails. A tool
+  that refuses its input (``ToolRefused``: an unknown artifact, a bad path)
+  counts the same way;
+- a tool that hands the task off (``ends_run``: it spawned children and the
+  task now waits for them) ends the run after its batch of calls.
+
+``on_step`` is called with the working state after each model response,
+before its tools run: the task's checkpoint (and its chance to stop a run
+whose lease was lost). Tools may update ``AgentLoop.state`` as they go.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
 
-from shared_state import TokenBudget
+from shared_state import NotFound, TokenBudget
 
 from .context import (
     CallLedger,
@@ -31,6 +39,7 @@ from .context import (
     ToolSpec,
     WorkingState,
 )
+from .errors import ToolRefused
 from .llm import Provider
 
 
@@ -41,12 +50,21 @@ class Tool:
     spec: ToolSpec
     arguments: type[pydantic.BaseModel]
     run: Callable[[Any], str]
+    ends_run: bool = False
 
     @classmethod
     def of(
-        cls, name: str, description: str, arguments: type[pydantic.BaseModel], run: Callable
+        cls,
+        name: str,
+        description: str,
+        arguments: type[pydantic.BaseModel],
+        run: Callable,
+        *,
+        phases: Iterable[str] = (),
+        ends_run: bool = False,
     ) -> Tool:
-        return cls(ToolSpec(name, description, arguments.model_json_schema()), arguments, run)
+        schema = arguments.model_json_schema()
+        return cls(ToolSpec(name, description, schema, frozenset(phases)), arguments, run, ends_run)
 
 
 class ToolBox:
@@ -71,7 +89,14 @@ class ToolBox:
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
             )
             return f"error: bad arguments for {call.name}: {problems}", False
-        return tool.run(arguments), True
+        try:
+            return tool.run(arguments), True
+        except (ToolRefused, NotFound) as exc:
+            return f"error: {call.name}: {exc}", False
+
+    def ends_run(self, name: str) -> bool:
+        tool = self.tools.get(name)
+        return tool is not None and tool.ends_run
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,7 @@ class AgentLoop:
         ledger: CallLedger,
         budget: TokenBudget | None = None,
         limits: AgentLimits | None = None,
+        on_step: Callable[[WorkingState], None] | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
@@ -108,16 +134,30 @@ class AgentLoop:
         self.ledger = ledger
         self.budget = budget
         self.limits = limits or AgentLimits()
+        self.on_step = on_step
+        self.state: WorkingState | None = None
 
-    def run(self, system: str, state: WorkingState, history: Sequence[Message]) -> AgentOutcome:
+    def run(
+        self,
+        system: str,
+        state: WorkingState,
+        history: Sequence[Message],
+        *,
+        reference: str = "",
+    ) -> AgentOutcome:
         history, tool_errors, last_error = list(history), 0, ""
+        self.state = state
         for step in range(1, self.limits.max_steps + 1):
             prompt = self.engine.build(
                 ContextRequest(
-                    system=system, tools=self.tools.specs(), state=state, history=history
+                    system=system,
+                    tools=self.tools.specs(),
+                    state=self.state,
+                    history=history,
+                    reference=reference,
                 )
             )
-            history, state = list(prompt.history), prompt.state
+            history, self.state = list(prompt.history), prompt.state
             reserved = prompt.total_tokens + self.limits.max_output_tokens
             if self.budget is not None:
                 self.budget.reserve(reserved)  # BudgetExceeded: the call is never sent
@@ -139,20 +179,37 @@ class AgentLoop:
                 tool=",".join(c.name for c in response.tool_calls),
             )
             history.append(response.message())
+            if self.on_step is not None:
+                self.on_step(self.state)
             if not response.tool_calls:
-                return AgentOutcome(True, response.text, "answered", step, state, history)
+                return self._outcome(True, response.text, "answered", step, history)
+            handed_off = ""
             for call in response.tool_calls:
-                result, ran = self.tools.call(call)
+                if handed_off:
+                    # The task no longer runs: later calls of the batch are not made.
+                    result, ran = f"error: not run; {handed_off} ended this run", True
+                else:
+                    result, ran = self.tools.call(call)
+                    if ran and self.tools.ends_run(call.name):
+                        handed_off = call.name
                 history.append(
                     Message(role="tool", content=result, tool_call_id=call.id, name=call.name)
                 )
                 if not ran:
                     tool_errors, last_error = tool_errors + 1, result
+            if handed_off:
+                return self._outcome(True, "", f"handed off by {handed_off}", step, history)
             if tool_errors > self.limits.max_tool_errors:
                 reason = (
                     f"the model made {tool_errors} invalid tool calls "
                     f"(limit {self.limits.max_tool_errors}); last: {last_error}"
                 )
-                return AgentOutcome(False, "", reason, step, state, history)
+                return self._outcome(False, "", reason, step, history)
         reason = f"no answer within {self.limits.max_steps} steps"
-        return AgentOutcome(False, "", reason, self.limits.max_steps, state, history)
+        return self._outcome(False, "", reason, self.limits.max_steps, history)
+
+    def _outcome(
+        self, ok: bool, answer: str, reason: str, steps: int, history: list[Message]
+    ) -> AgentOutcome:
+        assert self.state is not None
+        return AgentOutcome(ok, answer, reason, steps, self.state, history)

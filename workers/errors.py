@@ -3,6 +3,8 @@
     WorkerError                    root: anything the worker runtime raises itself
     ├── LeaseLost                  this worker no longer owns its task: stop, write nothing
     ├── NotInWorker                execute() was called outside a redfleet worker process
+    ├── ToolRefused                a tool refused its input; the model is told why
+    ├── Blocked                    a resumed task found an effect it cannot settle alone
     ├── ContextError               a model call's context cannot be built within budget
     │   ├── PromptTooLarge         a slot that may not shrink is over its budget
     │   └── ContextCeilingExceeded the kill switch: the call would cross the hard ceiling
@@ -31,6 +33,16 @@ class LeaseLost(WorkerError):
 
 class NotInWorker(WorkerError):
     """``execute`` runs only inside a process started by ``redfleet worker``."""
+
+
+class ToolRefused(WorkerError):
+    """A tool could not act on its arguments (an unknown feature, a path outside the
+    workspace); the message goes back to the model as a tool error."""
+
+
+class Blocked(WorkerError):
+    """A journaled effect has an intent but no result, and neither a check nor
+    idempotence makes it safe to settle: the task stops for a person to decide."""
 
 
 class ContextError(WorkerError):

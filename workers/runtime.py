@@ -3,9 +3,11 @@
 RQ delivers envelopes; ``execute(job_id, task_id)`` is the whole envelope.
 Each execution claims the task first (Lua compare-and-set) and does nothing
 unless the claim succeeds, so a duplicate delivery ends quietly. While the
-task runs, the heartbeat thread renews its lease; the behaviour's writes
-carry the fencing token. One queue per worker keeps RQ on its atomic BLMOVE
-dequeue path; RQ's own job timeout is off (the lease decides what is lost).
+task runs, the heartbeat thread renews its lease; every write carries the
+fencing token. A job of scenario ``agents`` runs the roles with the worker's
+model provider; the other scenarios are scripted behaviours. One queue per
+worker keeps RQ on its atomic BLMOVE dequeue path; RQ's own job timeout is
+off (the lease decides what is lost).
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from shared_state import (
     JobFinished,
     NotFound,
     Role,
+    Scenario,
     State,
     StateError,
     queue_name,
 )
 
-from . import scenarios
+from . import roles, scenarios
 from .errors import LeaseLost, NotInWorker
 from .heartbeat import Heartbeat
+from .llm import ProviderChoice
 from .task_run import TaskRun
 
 log = structlog.get_logger("redfleet.worker")
@@ -51,9 +55,18 @@ def new_worker_id(role: Role) -> str:
 
 
 class WorkerRuntime:
-    def __init__(self, state: State, *, role: Role, lease_ms: int, worker_id: str) -> None:
+    def __init__(
+        self,
+        state: State,
+        *,
+        role: Role,
+        lease_ms: int,
+        worker_id: str,
+        provider: ProviderChoice | None = None,
+    ) -> None:
         self.state = state
         self.role = role
+        self.provider = provider or ProviderChoice()
         self.lease_ms = lease_ms
         self.worker_id = worker_id
         self.heartbeat = Heartbeat(
@@ -76,7 +89,10 @@ class WorkerRuntime:
         self.heartbeat.hold(claimed.claim)
         run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, self.heartbeat)
         try:
-            scenarios.run(run)
+            if claimed.job.scenario is Scenario.AGENTS:
+                roles.run(run, self.provider, self.worker_id)
+            else:
+                scenarios.run(run)
         except (LeaseLost, Fenced, JobFinished) as exc:
             # Someone else owns the task now (or nobody should): write nothing more.
             log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
@@ -92,11 +108,20 @@ class WorkerRuntime:
             self.heartbeat.release()
 
 
-def run_worker(state: State, *, role: Role, lease_ms: int, burst: bool = False) -> None:
+def run_worker(
+    state: State,
+    *,
+    role: Role,
+    lease_ms: int,
+    burst: bool = False,
+    provider: ProviderChoice | None = None,
+) -> None:
     """Serve one role queue until stopped (SIGTERM/SIGINT: finish the task, then exit)."""
     global _runtime
     worker_id = new_worker_id(role)
-    runtime = _runtime = WorkerRuntime(state, role=role, lease_ms=lease_ms, worker_id=worker_id)
+    runtime = _runtime = WorkerRuntime(
+        state, role=role, lease_ms=lease_ms, worker_id=worker_id, provider=provider
+    )
     rq_worker = SimpleWorker(
         [state.delivery.queues[role]],
         name=worker_id,
@@ -106,7 +131,13 @@ def run_worker(state: State, *, role: Role, lease_ms: int, burst: bool = False) 
     runtime.heartbeat.start()
     runtime.heartbeat.beat()
     state.events.append("worker.started", {"worker": worker_id, "role": role.value})
-    log.info("worker.started", worker=worker_id, role=role.value, queue=queue_name(role))
+    log.info(
+        "worker.started",
+        worker=worker_id,
+        role=role.value,
+        queue=queue_name(role),
+        provider=runtime.provider.describe(),
+    )
     try:
         rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
     finally:

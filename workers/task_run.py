@@ -47,10 +47,14 @@ class TaskRun:
         if done.job_finished:
             self.state.jobs.retire(self.job.job_id)
 
-    def spawn(self, stage: str, children: Sequence[Child]) -> list[str]:
+    def spawn(
+        self, stage: str, children: Sequence[Child], *, journal: tuple[str, str] = ("", "")
+    ) -> list[str]:
         """Spawn children and wait for them without holding this worker."""
         self.check()
-        return self.heartbeat.settle(lambda: self.state.tasks.spawn(self.claim, stage, children))
+        return self.heartbeat.settle(
+            lambda: self.state.tasks.spawn(self.claim, stage, children, journal=journal)
+        )
 
     def fail(self, reason: str, *, retryable: bool = True) -> str:
         return self.heartbeat.settle(

@@ -1,10 +1,10 @@
 """WorkingState: a task's structured memory, instead of a chat summary.
 
-The goal is pinned and never summarized away. Counters, the artifact list,
-the phase and the identifiers kept by compaction are updated in code; only
-decisions, open questions and facts come from the model, each with the step
-and source it came from. Every change returns a new version (immutable), so
-a checkpoint is the state itself.
+The goal is pinned and never summarized away. Counters, named artifact refs,
+the artifact list, the phase and the identifiers kept by compaction are
+updated in code; only decisions, open questions and facts come from the
+model, each with the step and source it came from. Every change returns a
+new version (immutable), so a checkpoint is the state itself.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class WorkingState(BaseModel):
     goal: str
     phase: str = "start"
     progress: dict[str, int] = Field(default_factory=dict)
+    refs: dict[str, str] = Field(default_factory=dict)  # named artifact ids: "features" -> a-...
     decisions: tuple[Decision, ...] = ()
     open_questions: tuple[str, ...] = ()
     facts: tuple[Fact, ...] = ()
@@ -60,6 +61,16 @@ class WorkingState(BaseModel):
 
     def count(self, counter: str, by: int = 1) -> WorkingState:
         return self._next(progress={**self.progress, counter: self.progress.get(counter, 0) + by})
+
+    def with_progress(self, counter: str, value: int) -> WorkingState:
+        if self.progress.get(counter) == value:
+            return self
+        return self._next(progress={**self.progress, counter: value})
+
+    def with_ref(self, name: str, artifact_id: str) -> WorkingState:
+        if self.refs.get(name) == artifact_id:
+            return self
+        return self._next(refs={**self.refs, name: artifact_id})
 
     def add_artifact(self, ref: ArtifactRef) -> WorkingState:
         handle = ref.handle()
@@ -96,7 +107,7 @@ class WorkingState(BaseModel):
     def render(self) -> str:
         """A stable, compact text for the prompt (same state, same bytes)."""
         doc: dict[str, Any] = {"goal": self.goal, "phase": self.phase}
-        for name in ("progress", "decisions", "open_questions", "facts", "artifacts"):
+        for name in ("progress", "refs", "decisions", "open_questions", "facts", "artifacts"):
             value = getattr(self, name)
             if value:
                 doc[name] = value

@@ -2,8 +2,9 @@
 
 from .anthropic import AnthropicProvider
 from .base import HttpJson, ModelResponse, Provider, RetryPolicy, TokenUsage
+from .choice import ProviderChoice, ProviderName
 from .openai import OpenAIProvider
-from .scripted import Scenario, ScriptedCall, ScriptedProvider, ScriptedStep
+from .scripted import Scenario, ScriptedCall, ScriptedProvider, ScriptedStep, load_scenario
 
 __all__ = [
     "AnthropicProvider",
@@ -11,10 +12,13 @@ __all__ = [
     "ModelResponse",
     "OpenAIProvider",
     "Provider",
+    "ProviderChoice",
+    "ProviderName",
     "RetryPolicy",
     "Scenario",
     "ScriptedCall",
     "ScriptedProvider",
     "ScriptedStep",
     "TokenUsage",
+    "load_scenario",
 ]

@@ -1,14 +1,24 @@
 """``scripted``: a deterministic replay of a scenario, for tests, demos and benchmarks.
 
-A scenario lists, per role, what the model says at each step: text and/or
-tool calls. Token usage is computed with the tokenizer from what is sent and
-what is returned, so budgets, kill switch and metrics behave as with a real
-model. Output that comes from it is always labelled ``scripted``.
+A scenario lists, per script key, what the model says at each step: text
+and/or tool calls. A task's key is its role and name, and the stage it
+resumes at (``coder.tests/resume``; the planner's are ``planner``,
+``planner/review``, ``planner/report``). Token usage is computed with the
+tokenizer from what is sent and what is returned, so budgets, kill switch
+and metrics behave as with a real model. Output that comes from it is always
+labelled ``scripted``.
+
+Artifact ids are content hashes a script cannot know in advance: a string
+argument ``$ref:<kind>`` is replaced by the id of the last artifact of that
+kind whose handle appears in the messages sent — the model "reads" the id
+from its context, as a real one would. Scenarios shipped with redfleet live
+in ``scripts/`` (``load_scenario("demo")``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,31 +58,66 @@ class Scenario(BaseModel):
         return cls.model_validate(json.loads(Path(path).read_text()))
 
 
+SCRIPTS = Path(__file__).parent / "scripts"
+_REF = "$ref:"
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A scenario shipped with redfleet (``demo``), or a scenario file's path."""
+    path = Path(name_or_path)
+    if path.suffix != ".json":
+        path = SCRIPTS / f"{name_or_path}.json"
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in SCRIPTS.glob("*.json")))
+        raise ValueError(f"no scenario {name_or_path!r} (shipped: {shipped}; or a .json path)")
+    return Scenario.from_file(path)
+
+
+def _resolve(value: Any, sent: str) -> Any:
+    """Replace ``$ref:<kind>`` strings with the last such artifact id seen in ``sent``."""
+    if isinstance(value, str) and value.startswith(_REF):
+        kind = value.removeprefix(_REF)
+        found = re.findall(rf"\[artifact (a-[0-9a-f]+) {re.escape(kind)} ", sent)
+        return found[-1] if found else value
+    if isinstance(value, dict):
+        return {k: _resolve(v, sent) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, sent) for v in value]
+    return value
+
+
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, scenario: Scenario, role: str, *, start_step: int = 0) -> None:
-        if role not in scenario.roles:
+    def __init__(self, scenario: Scenario, key: str, *, start_step: int = 0) -> None:
+        if key not in scenario.roles:
             known = ", ".join(sorted(scenario.roles))
-            raise ValueError(f"scenario {scenario.name!r} has no role {role!r} (has: {known})")
+            raise ScenarioExhausted(
+                f"scripted scenario {scenario.name!r} has no script for {key!r} (has: {known})"
+            )
         self.model = f"scripted:{scenario.name}"
         self.scenario = scenario
-        self.role = role
-        self.step = start_step  # resumption continues from the task's records
+        self.key = key
+        self.step = start_step
         self.tok = tokenizer_for()
 
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
     ) -> ModelResponse:
-        steps = self.scenario.roles[self.role]
+        steps = self.scenario.roles[self.key]
         if self.step >= len(steps):
             raise ScenarioExhausted(
-                f"scripted scenario {self.scenario.name!r}: role {self.role} has "
+                f"scripted scenario {self.scenario.name!r}: {self.key} has "
                 f"{len(steps)} steps, step {self.step + 1} was asked for"
             )
         planned = steps[self.step]
+        sent_text = "\n".join(m.text() for m in messages)
         calls = tuple(
-            ToolCall(id=f"call_{self.role}_{self.step}_{i}", name=c.name, arguments=c.arguments)
+            ToolCall(
+                id=f"call_{self.key}_{self.step}_{i}",
+                name=c.name,
+                arguments=_resolve(c.arguments, sent_text),
+            )
             for i, c in enumerate(planned.tool_calls)
         )
         self.step += 1

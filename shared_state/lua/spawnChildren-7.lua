@@ -1,9 +1,12 @@
 --[[
   spawnChildren: create child tasks and park the parent until they finish.
 
-  Fenced by the parent's token. Children are created `queued`; the parent
-  becomes `waiting` with a pending counter, releases its lease (freeing its
-  worker) and records the stage it resumes at. completeTask fans in.
+  Fenced by the parent's token. Children are created `queued`, tagged with
+  the wave (the stage the parent resumes at) so the parent can find them; the
+  parent becomes `waiting` with a pending counter, releases its lease (freeing
+  its worker) and records the stage it resumes at. completeTask fans in. When
+  the spawn is a journaled tool call, its journal entry is written here too,
+  so the spawn and the record of it are one atomic step.
 
   KEYS[1] parent task hash rf:{job}:task:<parent_id>
   KEYS[2] job hash         rf:{job}:job
@@ -11,12 +14,15 @@
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
   KEYS[6] task set         rf:{job}:tasks
-  KEYS[7..6+n] child task hashes, in the order of the child triples
+  KEYS[7] journal hash     rf:{job}:journal
+  KEYS[8..7+n] child task hashes, in the order of the child quads
 
   ARGV[1] fencing token
   ARGV[2] worker id
   ARGV[3] stage the parent resumes at
-  ARGV[4..] one triple per child: task_id, role, brief
+  ARGV[4] journal field ('' for none)
+  ARGV[5] journal entry (JSON)
+  ARGV[6..] one quad per child: task_id, role, brief, input (artifact id or '')
 
   Returns {code, data, events}
      1  spawned; data = children (count)
@@ -41,13 +47,14 @@ if finished then return finished end
 local now = nowMs()
 local maxlen = jobMaxlen(jobKey)
 local p = redis.call('HMGET', parentKey, 'task_id', 'job_id')
-local n = (#ARGV - 3) / 3
+local n = (#ARGV - 5) / 4
 for i = 1, n do
-  local childId, role, brief = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
-  redis.call('HSET', KEYS[6 + i], 'task_id', childId, 'job_id', p[2], 'role', role,
-    'parent_id', p[1], 'brief', brief, 'status', 'queued', 'attempt', 1, 'token', 0,
-    'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '', 'created_ms', now,
-    'queued_ms', now)
+  local at = 4 * i + 2
+  local childId, role, brief, input = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[2], 'role', role,
+    'parent_id', p[1], 'brief', brief, 'input', input, 'wave', stage, 'status', 'queued',
+    'attempt', 1, 'token', 0, 'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '',
+    'created_ms', now, 'queued_ms', now)
   redis.call('SADD', tasksKey, childId)
   redis.call('ZADD', queuedKey, now, childId)
   emit(stream, maxlen, {'event', 'task.queued', 'task_id', childId, 'role', role,
@@ -56,6 +63,7 @@ end
 redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0,
   'pending', n, 'stage', stage)
 redis.call('ZREM', leasesKey, p[1])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[4], ARGV[5]) end
 emit(stream, maxlen, {'event', 'task.waiting', 'task_id', p[1], 'worker', worker,
   'token', token, 'children', n, 'stage', stage})
 return reply(1, {children = n})

@@ -1,0 +1,42 @@
+--[[
+  ownerWrite: the task owner's writes to its job's records, fenced by token.
+
+  A running task keeps its records in job hashes (journal, checkpoints,
+  workspace). Every write goes through here so that a worker that lost its
+  claim (a zombie past its lease) cannot write into them after its successor
+  started: the same fence as every other owner's write.
+
+  KEYS[1] task hash        rf:{job}:task:<task_id>
+  KEYS[2] job hash         rf:{job}:job
+  KEYS[3] job event stream rf:{job}:events
+  KEYS[4] lease index      rf:{job}:leases
+  KEYS[5] queued index     rf:{job}:queued
+  KEYS[6..] target hashes of the same job
+
+  ARGV[1] fencing token
+  ARGV[2] worker id
+  ARGV[3..] one triple per write: target (1 for KEYS[6], 2 for KEYS[7], ...), field, value
+
+  Returns {code, data, events}
+     1  written; data = writes (count)
+    -1  no such task
+    -3  fenced (event task.fenced)
+    -4  the job has finished; the task is marked cancelled
+]]
+--- @include "common"
+--- @include "fence"
+
+local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, worker = ARGV[1], ARGV[2]
+
+local refused = fence(taskKey, jobKey, stream, token, worker, 'write')
+if refused then return refused end
+local finished = endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
+if finished then return finished end
+
+local n = (#ARGV - 2) / 3
+for i = 1, n do
+  local at = 3 * i
+  redis.call('HSET', KEYS[5 + tonumber(ARGV[at])], ARGV[at + 1], ARGV[at + 2])
+end
+return reply(1, {writes = n})

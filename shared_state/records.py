@@ -1,0 +1,86 @@
+"""What a running task records, so that a resumed attempt continues from records.
+
+    journal      one entry per tool call with an external effect: its intent
+                 (under an idempotency key), then its result
+    checkpoints  each task's last working state (JSON), saved after every step
+    workspace    path -> artifact id of every file the job's coders wrote
+
+Anyone may read them; every write is the task owner's, fenced by its token
+(``ownerWrite``), so a worker that lost its claim cannot write after its
+successor started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import keys
+from .models import Claim
+from .tasks import TaskStore
+
+
+class EffectStatus(StrEnum):
+    INTENT = "intent"  # about to run: a crash from here on leaves it unresolved
+    DONE = "done"  # ran; ``result`` holds what it returned
+    NOT_DONE = "not_done"  # a resumed attempt found it never took effect
+    BLOCKED = "blocked"  # unresolved and uncheckable: a person must decide
+
+
+class JournalEntry(BaseModel):
+    """One journaled tool call. ``detail`` holds ids and small values, never payloads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # idempotency key: task:target:stage
+    task_id: str
+    tool: str
+    status: EffectStatus
+    detail: dict[str, Any] = Field(default_factory=dict)
+    result: str = Field(default="", max_length=1_000)
+
+    def to(self, status: EffectStatus, result: str = "") -> JournalEntry:
+        return self.model_copy(update={"status": status, "result": result[:1_000]})
+
+
+class Records:
+    """The journal, checkpoints and workspace of one job."""
+
+    def __init__(self, tasks: TaskStore, job_id: str) -> None:
+        self.tasks = tasks
+        self.client = tasks.client
+        self.job_id = job_id
+
+    def journal(self, task_id: str) -> dict[str, JournalEntry]:
+        """A task's journal entries by key, in no particular order."""
+        raw = self.client.hgetall(keys.journal(self.job_id))
+        entries = (JournalEntry.model_validate_json(v) for v in raw.values())
+        return {e.key: e for e in entries if e.task_id == task_id}
+
+    def checkpoint(self, task_id: str) -> str | None:
+        raw = self.client.hget(keys.checkpoints(self.job_id), task_id)
+        return raw.decode() if raw is not None else None
+
+    def files(self) -> dict[str, str]:
+        """The workspace: path -> artifact id, sorted by path."""
+        raw = self.client.hgetall(keys.workspace(self.job_id))
+        return {k.decode(): v.decode() for k, v in sorted(raw.items())}
+
+    def write(
+        self,
+        claim: Claim,
+        *,
+        journal: Sequence[JournalEntry] = (),
+        checkpoint: str | None = None,
+        files: Mapping[str, str] | None = None,
+    ) -> None:
+        """Write any of them in one fenced, atomic step."""
+        writes = [(keys.journal(self.job_id), e.key, e.model_dump_json()) for e in journal]
+        if checkpoint is not None:
+            writes.append((keys.checkpoints(self.job_id), claim.task_id, checkpoint))
+        writes += [(keys.workspace(self.job_id), p, a) for p, a in (files or {}).items()]
+        if writes:
+            self.tasks.owner_write(claim, writes)

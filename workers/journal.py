@@ -1,0 +1,117 @@
+"""Journaled tool calls: intent, then effect, then result, under an idempotency key.
+
+A tool call with an effect outside the task (a file written to the job's
+workspace, tasks spawned) is recorded as an intent before it runs and as
+done after it, under the key ``task:target:stage``; the target names the
+tool, what it changes and a digest of its arguments. The same call in the
+same stage is the same effect: a replay after a crash gets the recorded
+result back instead of running the effect again.
+
+A resumed task settles every intent that has no result before its model
+runs again (``reconcile``): the effect's own ``check`` says whether it took
+effect (then it is done, or not done and free to run when called again);
+an effect without a check is applied again only if it is idempotent;
+anything else stops the task as blocked, for a person to decide. Nothing is
+run twice blindly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from shared_state import EffectStatus, JournalEntry, Records
+
+from . import failpoints
+from .errors import Blocked
+from .task_run import TaskRun
+
+
+class EffectKind(Protocol):
+    """How one tool's effect is applied again, and checked, from its journal entry."""
+
+    name: str
+    idempotent: bool
+    records_itself: bool  # apply() writes the done entry atomically with the effect
+
+    def apply(self, entry: JournalEntry) -> str: ...
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        """True: it took effect; False: it did not; None: this effect cannot tell."""
+        ...
+
+
+class Journal:
+    """One task's journal, for the stage it runs now."""
+
+    def __init__(
+        self, run: TaskRun, records: Records, stage: str, kinds: Sequence[EffectKind]
+    ) -> None:
+        self.run = run
+        self.records = records
+        self.stage = stage or "start"
+        self.kinds = {k.name: k for k in kinds}
+        self.entries = records.journal(run.task.task_id)
+
+    def key(self, tool: str, target: str, arguments: dict[str, Any]) -> str:
+        digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.run.task.task_id}:{tool} {target}#{digest}:{self.stage}"
+
+    def perform(
+        self,
+        tool: str,
+        target: str,
+        arguments: dict[str, Any],
+        prepare: Callable[[], dict[str, Any]],
+    ) -> str:
+        """Run a journaled call once; ``prepare`` gives the intent's detail (ids, no payloads)."""
+        key = self.key(tool, target, arguments)
+        done = self.entries.get(key)
+        if done is not None and done.status is EffectStatus.DONE:
+            return f"{done.result} (already done earlier; recorded, not run again)"
+        kind = self.kinds[tool]
+        intent = JournalEntry(
+            key=key,
+            task_id=self.run.task.task_id,
+            tool=tool,
+            status=EffectStatus.INTENT,
+            detail=prepare(),
+        )
+        self._write(intent)
+        failpoints.reach(f"journal.after-intent.{tool}")
+        result = kind.apply(intent)
+        failpoints.reach(f"journal.after-effect.{tool}")
+        if not kind.records_itself:
+            self._write(intent.to(EffectStatus.DONE, result))
+        return result
+
+    def reconcile(self) -> list[str]:
+        """Settle the intents an earlier attempt left without a result; what was done, per line."""
+        notes = []
+        for entry in list(self.entries.values()):
+            if entry.status is not EffectStatus.INTENT:
+                continue
+            kind = self.kinds.get(entry.tool)
+            found = kind.check(entry) if kind is not None else None
+            if found is True:
+                settled = entry.to(EffectStatus.DONE, "settled on resume: the effect was found")
+            elif found is False:
+                settled = entry.to(EffectStatus.NOT_DONE, "settled on resume: it never took effect")
+            elif kind is not None and kind.idempotent:
+                settled = entry.to(EffectStatus.DONE, kind.apply(entry))
+            else:
+                self._write(entry.to(EffectStatus.BLOCKED, "cannot tell whether it took effect"))
+                raise Blocked(
+                    f"blocked: {entry.tool} ({entry.key}) was started by an earlier attempt; "
+                    "it has no result, no check and is not idempotent — a person must decide"
+                )
+            self._write(settled)
+            notes.append(f"{entry.tool} {entry.key}: {settled.result}")
+        return notes
+
+    def _write(self, entry: JournalEntry) -> None:
+        self.run.check()
+        self.run.heartbeat.settle(lambda: self.records.write(self.run.claim, journal=[entry]))
+        self.entries[entry.key] = entry

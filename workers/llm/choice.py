@@ -1,0 +1,53 @@
+"""Which model a fleet's workers call: the provider, its model and endpoint.
+
+Set with ``redfleet up --provider ... --model ... --base-url ...`` (or the
+``REDFLEET_PROVIDER``, ``REDFLEET_MODEL``, ``REDFLEET_BASE_URL`` and
+``REDFLEET_SCRIPT`` variables); API keys come from ``OPENAI_API_KEY`` and
+``ANTHROPIC_API_KEY``. Each task gets its own provider instance.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from .anthropic import AnthropicProvider
+from .base import Provider
+from .openai import OpenAIProvider
+from .scripted import ScriptedProvider, load_scenario
+
+
+class ProviderName(StrEnum):
+    SCRIPTED = "scripted"
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class ProviderChoice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    provider: ProviderName = ProviderName.SCRIPTED
+    model: str = ""
+    base_url: str | None = None
+    script: str = "demo"  # the scripted provider's scenario: a shipped name or a .json path
+
+    @model_validator(mode="after")
+    def _model_given(self) -> ProviderChoice:
+        if self.provider is not ProviderName.SCRIPTED and not self.model:
+            raise ValueError(f"model: the {self.provider.value} provider needs a model name")
+        return self
+
+    def describe(self) -> str:
+        if self.provider is ProviderName.SCRIPTED:
+            return f"scripted (replays scenario {self.script!r}; no model is called)"
+        where = f" at {self.base_url}" if self.base_url else ""
+        return f"{self.provider.value} model {self.model}{where}"
+
+    def open(self, script_key: str) -> Provider:
+        """A provider for one task; ``script_key`` picks the scripted provider's script."""
+        if self.provider is ProviderName.OPENAI:
+            return OpenAIProvider(self.model, base_url=self.base_url)
+        if self.provider is ProviderName.ANTHROPIC:
+            return AnthropicProvider(self.model, base_url=self.base_url)
+        return ScriptedProvider(load_scenario(self.script), script_key)

@@ -1,0 +1,51 @@
+"""The agent roles: planner, coder, reviewer, and the subagents any of them spawns.
+
+``run`` picks the role for a claimed task (a task whose input says
+``subagent`` runs as one, whatever its queue) and turns what can go wrong
+into a stated reason on the task: an effect that cannot be settled stops it
+as blocked; a request the provider refuses, a context over its ceiling or a
+budget spent fail it without retries (they would fail again); a provider
+that is unavailable fails the attempt, which is retried.
+"""
+
+from __future__ import annotations
+
+from shared_state import BudgetExceeded, Role
+
+from ..errors import AuthError, BadRequest, Blocked, ContextError, ModelNotFound, ScenarioExhausted
+from ..llm import ProviderChoice
+from ..task_run import TaskRun
+from .base import AgentTask, TaskInput
+from .coder import Coder
+from .planner import Planner
+from .reviewer import Reviewer
+from .subagent import Subagent
+
+ROLES: dict[Role, type[AgentTask]] = {
+    Role.PLANNER: Planner,
+    Role.CODER: Coder,
+    Role.REVIEWER: Reviewer,
+}
+FINAL = (Blocked, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
+         ScenarioExhausted)  # fmt: skip
+
+
+def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> None:
+    try:
+        agent = _agent(task_run, choice, worker)
+        agent.perform()
+    except FINAL as exc:
+        task_run.fail(f"{type(exc).__name__}: {exc}"[:500], retryable=False)
+
+
+def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:
+    task = task_run.task
+    cls: type[AgentTask] = ROLES[task.role]
+    if task.input:
+        text = task_run.state.artifacts(task.job_id).text(task.input)
+        if TaskInput.model_validate_json(text).kind == "subagent":
+            cls = Subagent
+    return cls(task_run, choice, worker)
+
+
+__all__ = ["ROLES", "AgentTask", "TaskInput", "run"]

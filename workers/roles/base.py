@@ -1,0 +1,562 @@
+"""What every role shares: one task run as an agent, resumed from its records.
+
+An ``AgentTask`` reads the task's records — its input artifact (brief and
+input refs), its last checkpointed working state and its journal — settles
+any effect an earlier attempt left unfinished, then runs the agent loop with
+the role's tools for the current stage. The working state is checkpointed
+after every model response; effects outside the task go through the
+journal. A task that hands off (spawns children) ends its run and is
+resumed, by whichever worker, at the stage it named, with its children's
+summaries as its first message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared_state import (
+    ArtifactRef,
+    Child,
+    EffectStatus,
+    JournalEntry,
+    Role,
+    State,
+    Task,
+    Trust,
+)
+
+from ..agent import AgentLimits, AgentLoop, AgentOutcome, Tool, ToolBox
+from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
+from ..errors import ProviderError, ToolRefused
+from ..journal import EffectKind, Journal
+from ..llm import Provider, ProviderChoice
+from ..sandbox import workspace_path
+from ..summary import DEFAULT_CAP, Summary, capped
+from ..task_run import TaskRun
+from ..tools import as_data, extract_fields, grep_artifact, read_lines, slim
+
+NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
+ArtifactId = Annotated[str, Field(pattern=r"^a-[0-9a-f]{16}$", description="artifact id a-...")]
+
+
+class TaskInput(BaseModel):
+    """A spawned task's input, stored as an artifact; the task hash holds only its id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["task", "subagent"] = "task"
+    name: str = Field(pattern=NAME)
+    brief: str = Field(min_length=1, max_length=4_000)
+    inputs: tuple[str, ...] = ()  # artifact ids
+    summary_cap: int = Field(default=DEFAULT_CAP, ge=200, le=20_000)
+
+
+class Brief(BaseModel):
+    """A task to dispatch, as the model writes it."""
+
+    name: str = Field(pattern=NAME, description="short label, lowercase with hyphens")
+    brief: str = Field(min_length=1, max_length=4_000, description="what to do and why")
+    inputs: list[ArtifactId] = Field(default_factory=list, description="artifacts to read")
+
+
+class Meter:
+    """The job's usage sink: totals in Redis plus one ``model.called`` event per call."""
+
+    def __init__(self, state: State, task: Task, worker: str, provider: Provider) -> None:
+        self.state = state
+        self.task = task
+        self.worker = worker
+        self.provider = provider
+        self.calls = 0
+
+    def record(
+        self,
+        *,
+        input_tokens: int,
+        cached_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        compaction: bool = False,
+    ) -> object:
+        self.calls += 1
+        totals = self.state.usage(self.task.job_id).record(
+            input_tokens=input_tokens,
+            cached_tokens=cached_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost_usd,
+            compaction=compaction,
+        )
+        self.state.events.append(
+            "model.called",
+            {
+                "task_id": self.task.task_id,
+                "worker": self.worker,
+                "step": self.calls,
+                "provider": self.provider.name,
+                "model": self.provider.model,
+                "input_tokens": input_tokens,
+                "cached_tokens": cached_tokens,
+                "output_tokens": output_tokens,
+                "kind": "compaction" if compaction else "step",
+            },
+            job_id=self.task.job_id,
+        )
+        return totals
+
+
+# -- effects: how each journaled tool is applied again and checked on resume -------------
+
+
+class WriteFile:
+    name, idempotent, records_itself = "write_file", True, False
+
+    def __init__(self, agent: AgentTask) -> None:
+        self.agent = agent
+
+    def apply(self, entry: JournalEntry) -> str:
+        path, artifact = entry.detail["path"], entry.detail["artifact"]
+        self.agent.write_files({path: artifact})
+        return f"wrote {path} ({entry.detail['bytes']} bytes) as {artifact}"
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        return self.agent.records.files().get(entry.detail["path"]) == entry.detail["artifact"]
+
+
+class AppendFile:
+    name, idempotent, records_itself = "append_file", False, False
+
+    def __init__(self, agent: AgentTask) -> None:
+        self.agent = agent
+
+    def apply(self, entry: JournalEntry) -> str:
+        path, after = entry.detail["path"], entry.detail["after"]
+        self.agent.write_files({path: after})
+        return f"appended {entry.detail['bytes']} bytes to {path}; it is now {after}"
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        current = self.agent.records.files().get(entry.detail["path"], "")
+        if current == entry.detail["after"]:
+            return True
+        if current == entry.detail["before"]:
+            return False
+        return None  # changed since by someone else: whether ours landed cannot be told
+
+
+class Spawn:
+    """Spawning tasks; the spawn script writes the done entry in the same atomic step."""
+
+    idempotent, records_itself = False, True
+
+    def __init__(self, agent: AgentTask, name: str) -> None:
+        self.agent = agent
+        self.name = name
+
+    def apply(self, entry: JournalEntry) -> str:
+        children = [
+            Child(Role(c["role"]), c["brief"], c["input"]) for c in entry.detail["children"]
+        ]
+        result = f"dispatched {len(children)} task(s); this task resumes when all are done"
+        done = entry.to(EffectStatus.DONE, result)
+        ids = self.agent.run.spawn(
+            entry.detail["wave"], children, journal=(entry.key, done.model_dump_json())
+        )
+        return f"{result}: {', '.join(ids)}"
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        task = self.agent.task
+        return bool(
+            self.agent.state.tasks.children(task.job_id, task.task_id, entry.detail["wave"])
+        )
+
+
+# -- the task -------------------------------------------------------------------------------
+
+
+class AgentTask:
+    """One run of one task as an agent, from its records."""
+
+    role_name: str  # the budgets' and the system prompt's role
+
+    def __init__(self, run: TaskRun, choice: ProviderChoice, worker: str) -> None:
+        self.run = run
+        self.choice = choice
+        self.worker = worker
+        self.task = run.task
+        self.state = run.state
+        self.artifacts = run.state.artifacts(run.task.job_id)
+        self.records = run.state.records(run.task.job_id)
+        self.tok = tokenizer_for()
+        self.input = (
+            TaskInput.model_validate_json(self.artifacts.text(self.task.input))
+            if self.task.input
+            else None
+        )
+        saved = self.records.checkpoint(self.task.task_id)
+        self.working = (
+            WorkingState.model_validate_json(saved)
+            if saved
+            else WorkingState(goal=self.input.brief if self.input else run.job.goal)
+        )
+        self.journal = Journal(run, self.records, self.task.stage, self.effects())
+        self.loop: AgentLoop | None = None
+
+    # -- what a role defines -------------------------------------------------------------
+
+    def perform(self) -> None:
+        """Run this stage of the task to its end: completed, failed or handed off."""
+        raise NotImplementedError
+
+    def effects(self) -> list[EffectKind]:
+        return [WriteFile(self), AppendFile(self), Spawn(self, "spawn_subagents")]
+
+    @property
+    def name(self) -> str:
+        return self.input.name if self.input else self.task.role.value
+
+    @property
+    def script_key(self) -> str:
+        """Which script a scripted provider replays for this run: role.name/stage."""
+        kind = "subagent" if self.input and self.input.kind == "subagent" else self.task.role.value
+        key = kind if not self.input else f"{kind}.{self.input.name}"
+        stage = self.task.stage.split(".")[0]  # "review.2" replays "review"
+        return f"{key}/{stage}" if stage else key
+
+    def reference(self) -> str:
+        """The task's header: stable for the whole run, so it stays in the cached prefix."""
+        lines = [
+            "TASK",
+            f"role: {self.task.role.value}",
+            f"name: {self.name}",
+            f"stage: {self.task.stage or 'start'}",
+            f"goal of the job: {self.run.job.goal}",
+        ]
+        if self.input:
+            lines.append(f"brief: {self.input.brief}")
+            refs = [self.artifacts.get(i) for i in self.input.inputs]
+            if refs:
+                lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
+        return "\n".join(lines)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def drive(
+        self, system: str, tools: Sequence[Tool], phase: str, opening: Sequence[Message] = ()
+    ) -> AgentOutcome:
+        notes = self.journal.reconcile()
+        if notes:
+            facts = [(f"resumed; journal settled: {n}", "journal") for n in notes]
+            self.working = self.working.apply_model_update(step=0, facts=facts)
+        provider = self.choice.open(self.script_key)
+        ledger = CallLedger(
+            model=provider.model, job=Meter(self.state, self.task, self.worker, provider)
+        )
+        self.loop = AgentLoop(
+            provider,
+            ContextEngine(self.artifacts, budgets=ROLE_BUDGETS[self.role_name]),
+            ToolBox(tools),
+            ledger=ledger,
+            budget=self.state.budget(self.task.job_id),
+            limits=AgentLimits(),
+            on_step=self.checkpoint,
+        )
+        self.provider, self.ledger = provider, ledger
+        return self.loop.run(
+            system, self.working.with_phase(phase), list(opening), reference=self.reference()
+        )
+
+    def checkpoint(self, working: WorkingState) -> None:
+        self.run.check()
+        self.run.heartbeat.settle(
+            lambda: self.records.write(self.run.claim, checkpoint=working.model_dump_json())
+        )
+
+    def remember(self, ref: ArtifactRef, name: str = "") -> None:
+        """Put an artifact the task made into its working state (by name, if given)."""
+        assert self.loop is not None and self.loop.state is not None
+        state = self.loop.state.add_artifact(ref)
+        self.loop.state = state.with_ref(name, ref.id) if name else state
+
+    def track(self, counter: str, value: int) -> None:
+        """Set a progress counter of the working state."""
+        assert self.loop is not None and self.loop.state is not None
+        self.loop.state = self.loop.state.with_progress(counter, value)
+
+    def current(self) -> WorkingState:
+        return self.loop.state if self.loop and self.loop.state else self.working
+
+    def write_files(self, files: dict[str, str]) -> None:
+        self.run.check()
+        self.run.heartbeat.settle(lambda: self.records.write(self.run.claim, files=files))
+
+    def finish(
+        self, text: str, *, refs: Sequence[str] = (), ok: bool = True, condense: bool = False
+    ) -> Summary:
+        """Complete the task with its Summary (an artifact; the task keeps only its id)."""
+        cap = self.input.summary_cap if self.input else DEFAULT_CAP
+        kind = self.input.kind if self.input else "task"
+        draft = Summary(
+            task_id=self.task.task_id, name=self.name, kind=kind, text=text, refs=tuple(refs),
+            cap=cap, ok=ok,
+        )  # fmt: skip
+        summary = capped(
+            draft,
+            tok=self.tok,
+            sink=self.artifacts,
+            condense=self._condense if condense else None,
+        )
+        ref = self.artifacts.put(
+            summary.model_dump_json(indent=1),
+            kind="summary",
+            title=f"{kind} {self.name}: {summary.tokens} of {cap} tokens",
+            source=f"task:{self.task.task_id}",
+            trust=Trust.UNTRUSTED,
+        )
+        self.run.complete(ref.id)
+        return summary
+
+    def _condense(self, text: str, tokens: int) -> str:
+        """One more model call: the same answer in at most ``tokens`` tokens ('' if it fails)."""
+        messages = [
+            Message(
+                role="system",
+                content=f"Condense the text to at most {tokens} tokens. Keep every "
+                "identifier, number, file name and artifact id; drop the rest.",
+            ),
+            Message(role="user", content=text),
+        ]
+        budget = self.state.budget(self.task.job_id)
+        reserved = self.tok.count_messages(messages) + tokens
+        budget.reserve(reserved)  # BudgetExceeded: the call is never sent
+        used = 0
+        try:
+            reply = self.provider.complete(messages, [], max_tokens=tokens)
+            used = reply.usage.input_tokens + reply.usage.output_tokens
+        except ProviderError:
+            return ""  # cutting, the fallback, always fits
+        finally:
+            budget.settle(reserved, used)
+        self.ledger.record_compaction(
+            step=len(self.ledger.calls) + 1,
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+        )
+        return reply.text
+
+    # -- children --------------------------------------------------------------------------
+
+    def dispatch(
+        self, tool: str, wave: str, children: Sequence[tuple[Role, TaskInput]], args: BaseModel
+    ) -> str:
+        """Spawn children (journaled) and hand off: the task resumes at ``wave``."""
+        self.checkpoint(self.current())
+
+        def prepare() -> dict[str, Any]:
+            specs = []
+            for role, spec in children:
+                ref = self.artifacts.put(
+                    spec.model_dump_json(),
+                    kind="task-input",
+                    title=f"{spec.kind} {spec.name}",
+                    source=f"task:{self.task.task_id}",
+                    trust=Trust.TRUSTED,
+                )
+                specs.append({"role": role.value, "brief": spec.brief[:200], "input": ref.id})
+            return {"wave": wave, "children": specs}
+
+        return self.journal.perform(tool, wave, args.model_dump(), prepare)
+
+    def results(self) -> list[Summary]:
+        """The summaries of the children this task waited for (the wave it resumes at)."""
+        children = self.state.tasks.children(self.task.job_id, self.task.task_id, self.task.stage)
+        return [
+            Summary.model_validate_json(self.artifacts.text(c.result)) for c in children if c.result
+        ]
+
+    def results_message(self) -> list[Message]:
+        summaries = self.results()
+        if not summaries:
+            return []
+        body = "\n\n".join(s.render() for s in summaries)
+        return [Message(role="user", content=f"Results of the tasks you dispatched:\n\n{body}")]
+
+    def check_inputs(self, ids: Sequence[str]) -> list[str]:
+        for artifact_id in ids:
+            self.artifacts.get(artifact_id)  # ArtifactNotFound goes back to the model
+        return list(ids)
+
+    # -- tools every role can offer ------------------------------------------------------------
+
+    def reader_tools(self, phases: Sequence[str], names: Sequence[str]) -> list[Tool]:
+        tools = {
+            "read_lines": Tool.of(
+                "read_lines",
+                "Read numbered lines start..end (1-based, inclusive) of an artifact.",
+                ReadLines,
+                lambda a: self._read(
+                    a.id, lambda: read_lines(self.artifacts, a.id, a.start, a.end)
+                ),
+                phases=phases,
+            ),
+            "grep_artifact": Tool.of(
+                "grep_artifact",
+                "Lines of an artifact matching a regular expression, numbered.",
+                Grep,
+                lambda a: self._read(a.id, lambda: grep_artifact(self.artifacts, a.id, a.pattern)),
+                phases=phases,
+            ),
+            "extract_fields": Tool.of(
+                "extract_fields",
+                "Fields of a JSON artifact by dotted path (features.0.id).",
+                Fields,
+                lambda a: self._read(a.id, lambda: extract_fields(self.artifacts, a.id, a.fields)),
+                phases=phases,
+            ),
+            "slim": Tool.of(
+                "slim",
+                "A JSON artifact with only the given keys kept, at every depth.",
+                Slim,
+                lambda a: self._read(a.id, lambda: slim(self.artifacts, a.id, a.keep)),
+                phases=phases,
+            ),
+            "list_workspace": Tool.of(
+                "list_workspace",
+                "The files the job's coders wrote: path and artifact handle.",
+                NoArgs,
+                lambda _: self._workspace(),
+                phases=phases,
+            ),
+        }
+        return [tools[n] for n in names]
+
+    def _read(self, artifact_id: str, read: Callable[[], str]) -> str:
+        ref = self.artifacts.get(artifact_id)
+        try:
+            return as_data(artifact_id, ref.trust, read())
+        except ValueError as exc:
+            raise ToolRefused(str(exc)) from exc
+
+    def _workspace(self) -> str:
+        files = self.records.files()
+        if not files:
+            return "the workspace is empty"
+        return "\n".join(f"{p}: {self.artifacts.get(a).handle()}" for p, a in files.items())
+
+    def file_tools(self, phases: Sequence[str]) -> list[Tool]:
+        return [
+            Tool.of(
+                "write_file",
+                "Write a whole file into the job's workspace (replaces it).",
+                WriteArgs,
+                self._write_file,
+                phases=phases,
+            ),
+            Tool.of(
+                "append_file",
+                "Append text to a file of the workspace (creates it if missing).",
+                AppendArgs,
+                self._append_file,
+                phases=phases,
+            ),
+        ]
+
+    def _store_file(self, path: str, text: str) -> ArtifactRef:
+        return self.artifacts.put(
+            text, kind="file", title=path, source=f"task:{self.task.task_id}", trust=Trust.UNTRUSTED
+        )
+
+    def _write_file(self, a: WriteArgs) -> str:
+        path = str(workspace_path(a.path))
+
+        def prepare() -> dict[str, Any]:
+            ref = self._store_file(path, a.content)
+            self.remember(ref)
+            return {"path": path, "artifact": ref.id, "bytes": ref.bytes}
+
+        return self.journal.perform("write_file", path, a.model_dump(), prepare)
+
+    def _append_file(self, a: AppendArgs) -> str:
+        path = str(workspace_path(a.path))
+
+        def prepare() -> dict[str, Any]:
+            before = self.records.files().get(path, "")
+            text = (self.artifacts.text(before) if before else "") + a.text
+            ref = self._store_file(path, text)
+            self.remember(ref)
+            return {"path": path, "before": before, "after": ref.id, "bytes": len(a.text.encode())}
+
+        return self.journal.perform("append_file", path, a.model_dump(), prepare)
+
+    def subagent_tool(self, phases: Sequence[str], resume_at: str) -> Tool:
+        def spawn(a: SpawnArgs) -> str:
+            base = self.input.inputs if self.input else ()
+            children = [
+                (
+                    self.task.role,
+                    TaskInput(
+                        kind="subagent",
+                        name=b.name,
+                        brief=b.brief,
+                        inputs=(*base, *self.check_inputs(b.inputs)),
+                        summary_cap=a.summary_cap,
+                    ),
+                )
+                for b in a.agents
+            ]
+            return self.dispatch("spawn_subagents", resume_at, children, a)
+
+        return Tool.of(
+            "spawn_subagents",
+            "Delegate research to subagents with clean contexts. Each gets a brief and "
+            "input refs and returns a summary under summary_cap tokens; exact material "
+            "comes back as artifact refs. This task waits for them, then resumes.",
+            SpawnArgs,
+            spawn,
+            phases=phases,
+            ends_run=True,
+        )
+
+
+# -- argument models ---------------------------------------------------------------------------
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class ReadLines(BaseModel):
+    id: ArtifactId
+    start: int = Field(ge=1)
+    end: int = Field(ge=1)
+
+
+class Grep(BaseModel):
+    id: ArtifactId
+    pattern: str = Field(min_length=1)
+
+
+class Fields(BaseModel):
+    id: ArtifactId
+    fields: list[str] = Field(min_length=1)
+
+
+class Slim(BaseModel):
+    id: ArtifactId
+    keep: list[str] = Field(min_length=1)
+
+
+class WriteArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=200)
+    content: str
+
+
+class AppendArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1)
+
+
+class SpawnArgs(BaseModel):
+    agents: list[Brief] = Field(min_length=1, max_length=6)
+    summary_cap: int = Field(default=DEFAULT_CAP, ge=200, le=20_000)

@@ -1,0 +1,83 @@
+"""What a finished task hands back to its parent: a typed Summary under a hard token cap.
+
+A subagent's answer comes back condensed, never as its transcript. The cap
+(default 1,500 tokens) holds for the whole rendered summary: an answer over
+it is condensed once more by the model; if that is still over (or the call
+fails), it is cut, and the full text is stored as an artifact the summary
+points to. Exact material (code, tables) travels as artifact refs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared_state import ArtifactSink, Trust
+
+from .context import Tokenizer
+
+DEFAULT_CAP = 1_500
+CUT_MARK = "[cut to fit the summary cap; full text: {id}]"
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    name: str
+    kind: Literal["task", "subagent"]
+    text: str
+    refs: tuple[str, ...] = ()  # artifact handles, one line each
+    cap: int
+    tokens: int = 0  # of render(), always <= cap
+    condensed: bool = False
+    full_text: str = ""  # artifact id of the uncut answer, when it was cut
+    ok: bool = True  # the task reached its goal (a reviewer's failing verdict is ok=True)
+
+    def render(self) -> str:
+        refs = "\n".join(self.refs)
+        return f"{self.kind} {self.name} ({self.task_id}):\n{self.text}" + (
+            f"\nrefs:\n{refs}" if refs else ""
+        )
+
+
+def capped(
+    draft: Summary,
+    *,
+    tok: Tokenizer,
+    sink: ArtifactSink,
+    condense: Callable[[str, int], str] | None = None,
+) -> Summary:
+    """``draft`` within its cap: as is, condensed by the model, or cut with a ref."""
+
+    def fits(s: Summary) -> Summary | None:
+        n = tok.count(s.render())
+        return s.model_copy(update={"tokens": n}) if n <= s.cap else None
+
+    if (done := fits(draft)) is not None:
+        return done
+    overhead = tok.count(draft.model_copy(update={"text": ""}).render())
+    room = max(0, draft.cap - overhead)
+    if condense is not None:
+        shorter = draft.model_copy(update={"text": condense(draft.text, room), "condensed": True})
+        if shorter.text and (done := fits(shorter)) is not None:
+            return done
+    full = sink.put(
+        draft.text,
+        kind="text",
+        title=f"full answer of {draft.kind} {draft.name}",
+        source=f"task:{draft.task_id}",
+        trust=Trust.UNTRUSTED,
+    )
+    mark = "\n" + CUT_MARK.format(id=full.id)
+    keep = room - tok.count(mark)
+    while keep >= 0:
+        cut = draft.model_copy(
+            update={"text": tok.truncate(draft.text, keep) + mark, "full_text": full.id}
+        )
+        if (done := fits(cut)) is not None:
+            return done
+        keep -= 8  # token boundaries shift a little where text is cut: trim until it fits
+    raise ValueError(f"a summary cap of {draft.cap} tokens cannot hold even its refs")
