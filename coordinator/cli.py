@@ -13,12 +13,21 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Annotated
 
 import pydantic
 import typer
 
-from shared_state import JobFinished, JobSpec, RedisServer, Role, Scenario, StateError
+from shared_state import (
+    JobFinished,
+    JobSpec,
+    Role,
+    Scenario,
+    State,
+    StateError,
+)
+from workers.llm import ProviderChoice, ProviderName
 
 from . import logs, views
 from .connection import Embedded, open_state, redis_url
@@ -31,9 +40,10 @@ app = typer.Typer(
     help=(
         "redfleet: fleets of planner, coder and reviewer workers over one Redis.\n\n"
         "Start a fleet with `redfleet up`, submit a goal with `redfleet submit`, watch it\n"
-        "with `redfleet status`, `claims`, `workers` and `logs -f`. `redfleet demo` runs\n"
-        "all of it on a private embedded Redis. Set REDIS_URL to share one Redis between\n"
-        "machines; without it the CLI starts an embedded redis-server of its own."
+        "with `redfleet status`, `claims`, `workers` and `logs -f`, and read what it made\n"
+        "with `redfleet artifacts` and `redfleet show`. `redfleet demo` runs all of it on a\n"
+        "private embedded Redis. Set REDIS_URL to share one Redis between machines;\n"
+        "without it the CLI starts an embedded redis-server of its own."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -56,8 +66,67 @@ LeaseOpt = Annotated[
 ]
 
 
+ProviderOpt = Annotated[
+    ProviderName | None,
+    typer.Option(
+        help="The model the workers call (default: REDFLEET_PROVIDER, else scripted: a "
+        "replay of a shipped scenario, no model is called)."
+    ),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option(help="Model name, e.g. gpt-4.1-mini (default: REDFLEET_MODEL).")
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="OpenAI-compatible or Anthropic endpoint, e.g. http://localhost:11434/v1 for "
+        "Ollama (default: REDFLEET_BASE_URL, else the provider's own)."
+    ),
+]
+ScriptOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The scripted provider's scenario: a shipped name or a .json file "
+        "(default: REDFLEET_SCRIPT, else demo)."
+    ),
+]
+
+
 def _log_level() -> str:
     return os.environ.get("REDFLEET_LOG_LEVEL", "info")
+
+
+def _provider_env(
+    settings: Settings,
+    provider: ProviderName | None,
+    model: str | None,
+    base_url: str | None,
+    script: str | None,
+) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
+    """The provider the options choose, checked now, and the workers' environment for it."""
+    given = settings.provider_choice().model_dump(exclude_none=True)
+    given.update(
+        {
+            k: v
+            for k, v in {
+                "provider": provider, "model": model, "base_url": base_url, "script": script,
+            }.items()
+            if v is not None
+        }
+    )  # fmt: skip
+    choice = ProviderChoice.model_validate(given)
+    if choice.provider is ProviderName.SCRIPTED:
+        from workers.llm import load_scenario
+
+        try:
+            load_scenario(choice.script)
+        except ValueError as exc:
+            raise CoordinatorError(f"--script: {exc}") from exc
+    env = {"REDFLEET_PROVIDER": choice.provider.value, "REDFLEET_MODEL": choice.model,
+           "REDFLEET_SCRIPT": choice.script}  # fmt: skip
+    if choice.base_url:
+        env["REDFLEET_BASE_URL"] = choice.base_url
+    return choice, tuple(env.items())
 
 
 @app.command()
@@ -72,6 +141,10 @@ def up(
     reaper: Annotated[
         bool, typer.Option(help="Run the reaper in this fleet (safe on several machines).")
     ] = True,
+    provider: ProviderOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    script: ScriptOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a supervised fleet: one OS process per worker, plus the reaper.
@@ -79,9 +152,15 @@ def up(
     A worker that dies is replaced. Ctrl-C or SIGTERM drains: running tasks
     finish, then the fleet exits. Run `redfleet up` on several machines with
     the same REDIS_URL to grow one fleet; logs are JSON lines on stderr.
+
+    The workers call the model chosen with --provider: `scripted` (the
+    default) replays a scenario and calls no model; `openai` speaks the
+    OpenAI chat-completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio;
+    key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
     """
     settings = Settings()
     logs.configure(_log_level())
+    choice, worker_env = _provider_env(settings, provider, model, base_url, script)
     url = redis_url(settings)
     spec = FleetSpec(
         planners=planners,
@@ -90,7 +169,11 @@ def up(
         lease_ms=lease_ms or settings.lease_ms,
         burst=burst,
         reaper=reaper,
+        worker_env=worker_env,
     )
+    if not as_json:
+        print(f"redfleet: fleet of {len(spec.roles())} workers, provider {choice.describe()}",
+              file=sys.stderr)  # fmt: skip
     with open_state(settings, url) as state:
         report = Fleet.from_settings(state, url, spec, settings).run()
     if as_json:
@@ -109,7 +192,13 @@ def worker(
     settings = Settings()
     logs.configure(_log_level())
     with open_state(settings) as state:
-        run_worker(state, role=role, lease_ms=lease_ms or settings.lease_ms, burst=burst)
+        run_worker(
+            state,
+            role=role,
+            lease_ms=lease_ms or settings.lease_ms,
+            burst=burst,
+            provider=settings.provider_choice(),
+        )
 
 
 @app.command("reaper")
@@ -135,9 +224,21 @@ def reaper_cmd(
 @app.command()
 def submit(
     goal: Annotated[str, typer.Argument(metavar="GOAL", help="What the job should achieve.")],
-    scenario: Annotated[Scenario, typer.Option(help="Scripted task behaviour.")] = Scenario.NOOP,
+    scenario: Annotated[
+        Scenario,
+        typer.Option(
+            help="agents: the planner, coder and reviewer roles with the fleet's model. "
+            "noop, slow, crash: scripted task behaviours without a model, for trying the "
+            "fleet itself."
+        ),
+    ] = Scenario.AGENTS,
     fanout: Annotated[
-        int, typer.Option(min=1, max=100, help="Coder tasks the planner spawns.")
+        int,
+        typer.Option(
+            min=1,
+            max=100,
+            help="Coder tasks of a scripted behaviour (agents: the planner decides).",
+        ),
     ] = 3,
     max_attempts: Annotated[
         int | None,
@@ -151,7 +252,11 @@ def submit(
     ] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job to the planner queue; prints its job id."""
+    """Submit a job to the planner queue; prints its job id.
+
+    Any fleet on the same Redis picks it up (`redfleet up`). Follow it with
+    `redfleet logs JOB_ID -f` and `redfleet status JOB_ID`.
+    """
     settings = Settings()
     spec = JobSpec(
         goal=goal,
@@ -284,54 +389,117 @@ def cancel(
 
 
 @app.command()
-def demo(
-    fanout: Annotated[int, typer.Option(min=1, max=20, help="Coder tasks.")] = 3,
-    timeout_s: Annotated[
-        float, typer.Option("--timeout", min=1, help="Give up after this many seconds.")
-    ] = 120,
+def artifacts(
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB_ID", help="The job whose artifacts to list.")
+    ],
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a job through a real fleet on a private embedded Redis, then summarize.
+    """A job's artifacts: what its tasks stored and passed around by id.
 
-    The tasks are scripted (scenario `noop`; no model is called). Exits 0 when
-    the job succeeded, 1 otherwise.
+    Read one with `redfleet show ARTIFACT_ID`.
+    """
+    with open_state(Settings()) as state:
+        state.jobs.get(job_id)  # an unknown job is an error, not an empty list
+        refs = state.artifacts(job_id).list()
+    doc = [r.model_dump(mode="json") for r in refs]
+    if as_json:
+        views.print_json(doc)
+    else:
+        views.table(f"artifacts of {job_id}", doc, views.ARTIFACT_COLUMNS)
+
+
+@app.command()
+def show(
+    artifact_id: Annotated[
+        str, typer.Argument(metavar="ARTIFACT_ID", help="An artifact id, a-...")
+    ],
+    job: Annotated[
+        str | None, typer.Option("--job", help="The job it belongs to (default: search all).")
+    ] = None,
+    lines: Annotated[
+        str | None, typer.Option("--lines", metavar="A:B", help="Only lines A to B (1-based).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print an artifact's content (a file, a log, a summary, a report)."""
+    span = views.parse_lines(lines) if lines else None
+    with open_state(Settings()) as state:
+        job_id = job or state.locate_artifact(artifact_id)
+        store = state.artifacts(job_id)
+        ref, text = store.get(artifact_id), store.text(artifact_id)
+    if span:
+        text = "\n".join(text.splitlines()[span[0] - 1 : span[1]])
+    if as_json:
+        views.print_json({**ref.model_dump(mode="json"), "job_id": job_id, "content": text})
+    else:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+@app.command()
+def demo(
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1, help="Give up after this many seconds.")
+    ] = 180,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a real job through a real fleet: agents build a small Python module with tests.
+
+    The planner writes a feature list and dispatches two coders (one of them
+    asks a subagent for edge cases); the reviewer materializes their files and
+    really runs pytest on them. The model is the `scripted` provider: it
+    replays the shipped `demo` scenario and no model is called (`redfleet up
+    --provider openai ...` runs a real one). Uses REDIS_URL, else the embedded
+    Redis, so `redfleet logs`, `artifacts` and `show` work afterwards. Exits 0
+    when the job succeeded, 1 otherwise; --json prints the final status.
     """
     settings = Settings()
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
     logs.configure(_log_level())
-    with RedisServer() as server, open_state(settings, server.url) as state:
+    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, None, None, "demo")
+    url = redis_url(settings)
+    with open_state(settings, url) as state:
         job = state.jobs.submit(
-            JobSpec(goal="demo: plan, code and review a greeting module", fanout=fanout)
+            JobSpec(goal=DEMO_GOAL, scenario=Scenario.AGENTS, max_attempts=settings.max_attempts)
         )
         if not as_json:
             views.console.print(
-                f"redfleet demo — job {job.job_id}, scenario noop (scripted: no model is "
-                f"called), embedded Redis at {server.url}"
+                f"redfleet demo: job {job.job_id} on {url}\nprovider: {choice.describe()}"
             )
         spec = FleetSpec(
-            planners=1, coders=fanout, reviewers=1, lease_ms=settings.lease_ms, burst=True
+            planners=1, coders=2, reviewers=1, lease_ms=settings.lease_ms, worker_env=worker_env
         )
-        fleet = Fleet.from_settings(state, server.url, spec, settings)
-        timer = threading.Timer(timeout_s, fleet.request_stop)
-        timer.start()
-        try:
-            report = fleet.run()
-        finally:
-            timer.cancel()
+        fleet = Fleet.from_settings(state, url, spec, settings)
+        watcher = threading.Thread(
+            target=_stop_when_finished, args=(state, job.job_id, fleet, timeout_s), daemon=True
+        )
+        watcher.start()
+        report = fleet.run()
         doc = views.job_doc(state, state.jobs.get(job.job_id))
+        doc["provider"] = choice.describe()
+        doc.update(views.outcome_doc(state, job.job_id))
         doc["events"] = len(state.events.read(job.job_id, last=10_000))
         doc["fleet"] = report.__dict__
     if as_json:
         views.print_json(doc)
     else:
-        views.table(f"job {job.job_id}: {doc['status']}", doc["tasks"], views.TASK_COLUMNS)
-        views.console.print(
-            f"{doc['events']} events recorded. With a fleet of your own: "
-            "`redfleet up`, `redfleet submit GOAL`, `redfleet logs -f`."
-        )
+        views.print_outcome(doc)
     if doc["status"] != "succeeded":
-        print(f"redfleet: demo job ended {doc['status']}", file=sys.stderr)
+        print(f"redfleet: demo job ended {doc['status']}: {doc['reason']}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+DEMO_GOAL = "Build slug.py: slugify(text, max_length=None) for URL slugs, with pytest tests"
+
+
+def _stop_when_finished(state: State, job_id: str, fleet: Fleet, timeout_s: float) -> None:
+    """The demo's fleet serves until its own job has finished (others may share the Redis)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not fleet.stopping.is_set():
+        if state.jobs.get(job_id).status.finished:
+            break
+        fleet.stopping.wait(0.2)
+    fleet.request_stop()
 
 
 @server_app.command("status")

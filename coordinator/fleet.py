@@ -41,6 +41,7 @@ class FleetSpec:
     lease_ms: int = 10_000
     burst: bool = False
     reaper: bool = True
+    worker_env: tuple[tuple[str, str], ...] = ()  # set for every worker (the provider's)
 
     def roles(self) -> list[Role]:
         return (
@@ -105,7 +106,7 @@ class Fleet:
         )
 
     def _spawn(self, slot: _Slot) -> None:
-        env = {**os.environ, "REDIS_URL": self.redis_url}
+        env = {**os.environ, **dict(self.spec.worker_env), "REDIS_URL": self.redis_url}
         # -P: never import from the current directory (a stray ./workers would shadow ours).
         command = [
             sys.executable, "-P", "-m", "coordinator", "worker",

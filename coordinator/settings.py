@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers.llm import ProviderChoice, ProviderName
+
 
 class Settings(BaseSettings):
     """How redfleet connects and the defaults of its fleet.
@@ -36,3 +38,14 @@ class Settings(BaseSettings):
         description="a queued task with no live envelope this long is re-sent",
     )
     drain_timeout_s: float = Field(default=30.0, ge=0)
+    provider: ProviderName = Field(
+        default=ProviderName.SCRIPTED, description="the model provider workers call"
+    )
+    model: str = Field(default="", description="the provider's model name")
+    base_url: str | None = Field(default=None, description="the provider's endpoint")
+    script: str = Field(default="demo", description="the scripted provider's scenario")
+
+    def provider_choice(self) -> ProviderChoice:
+        return ProviderChoice(
+            provider=self.provider, model=self.model, base_url=self.base_url, script=self.script
+        )

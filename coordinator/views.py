@@ -13,6 +13,8 @@ from rich.table import Table
 
 from shared_state import Event, Job, State, Task, WorkerInfo
 
+from .errors import CoordinatorError
+
 # Piped output is not cut to 80 columns: ids stay whole for grep and copy.
 console = Console(width=None if sys.stdout.isatty() else 200)
 
@@ -45,6 +47,7 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
         "goal": job.goal,
         "scenario": job.scenario.value,
         "reason": job.reason or None,
+        "result": job.result or None,
         "created": _iso(job.created_ms),
         "finished": _iso(job.finished_ms),
     }
@@ -53,6 +56,81 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
         usage = state.usage(job.job_id).get()
         doc["usage"] = {**usage.model_dump(), "cache_hit_ratio": round(usage.cache_hit_ratio, 4)}
     return doc
+
+
+ARTIFACT_COLUMNS = ["id", "kind", "bytes", "trust", "source", "title"]
+
+
+def outcome_doc(state: State, job_id: str) -> dict[str, Any]:
+    """What an agents job produced: its report, subagent summaries and artifacts."""
+    store = state.artifacts(job_id)
+    refs = {r.id: r for r in store.list()}
+    job = state.jobs.get(job_id)
+    doc: dict[str, Any] = {"report": None, "subagents": []}
+    if job.result in refs and refs[job.result].kind == "report":
+        doc["report"] = json.loads(store.text(job.result))
+    for task in state.tasks.list(job_id):
+        ref = refs.get(task.result)
+        if ref is None or ref.kind != "summary":
+            continue
+        summary = json.loads(store.text(ref.id))
+        if summary["kind"] == "subagent":
+            doc["subagents"].append(
+                {
+                    "task_id": task.task_id,
+                    "parent_id": task.parent_id,
+                    "name": summary["name"],
+                    "summary": ref.id,
+                    "tokens": summary["tokens"],
+                    "cap": summary["cap"],
+                }
+            )
+    doc["artifacts"] = [
+        {k: r.model_dump(mode="json")[k] for k in ARTIFACT_COLUMNS} for r in refs.values()
+    ]
+    return doc
+
+
+def print_outcome(doc: dict[str, Any]) -> None:
+    """The demo's summary for people."""
+    table(f"job {doc['job_id']}: {doc['status']}", doc["tasks"], TASK_COLUMNS)
+    usage = doc["usage"]
+    console.print(
+        f"model calls: {usage['calls']} ({doc['provider']}); tokens in {usage['input_tokens']}, "
+        f"cached {usage['cached_tokens']}, out {usage['output_tokens']}; "
+        f"priced at ${usage['cost_usd']:.4f} had a model been paid"
+    )
+    report = doc.get("report")
+    if report:
+        rows = [
+            {"feature": f["id"], "passes": f["passes"], "check": f["check"],
+             "evidence": " ".join(f["evidence"])}
+            for f in report["features"]
+        ]  # fmt: skip
+        table("reviewer's verdict", rows, ["feature", "passes", "check", "evidence"])
+        files = ", ".join(f"{p} ({a})" for p, a in report["workspace"].items())
+        console.print(f"workspace: {files}")
+    for sub in doc["subagents"]:
+        console.print(
+            f"subagent {sub['name']} ({sub['task_id']}): summary {sub['summary']}, "
+            f"{sub['tokens']} of {sub['cap']} tokens"
+        )
+    console.print(
+        f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further:\n"
+        f"  redfleet logs {doc['job_id']}\n"
+        f"  redfleet artifacts {doc['job_id']}\n"
+        f"  redfleet show {doc['result'] or 'ARTIFACT_ID'}   (the final report)\n"
+        f"  redfleet show ARTIFACT_ID --lines 1:20\n"
+        "The embedded Redis keeps running for that; `redfleet server stop` stops it."
+    )
+
+
+def parse_lines(span: str) -> tuple[int, int]:
+    """``A:B`` as 1-based inclusive line numbers; CoordinatorError naming the problem."""
+    start, sep, end = span.partition(":")
+    if sep and start.isdigit() and end.isdigit() and 1 <= int(start) <= int(end):
+        return int(start), int(end)
+    raise CoordinatorError(f"--lines: expected A:B with 1 <= A <= B, got {span!r}")
 
 
 def overview_doc(state: State, limit: int) -> dict[str, Any]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from .artifacts import ArtifactStore
+from . import keys
+from .artifacts import ArtifactNotFound, ArtifactStore
 from .budget import TokenBudget
 from .delivery import Delivery
 from .errors import ConnectionFailed
@@ -67,6 +68,17 @@ class State:
 
     def artifacts(self, job_id: str) -> ArtifactStore:
         return ArtifactStore(self.client, job_id, retention_s=self.jobs.retention_s)
+
+    def locate_artifact(self, artifact_id: str) -> str:
+        """The id of a kept job holding ``artifact_id`` (newest first); ArtifactNotFound if none."""
+        job_ids = [j.decode() for j in self.client.zrange(keys.JOBS, 0, -1, desc=True)]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.exists(keys.artifact(job_id, artifact_id))
+        for job_id, found in zip(job_ids, pipe.execute(), strict=True):
+            if found:
+                return job_id
+        raise ArtifactNotFound(artifact_id)
 
     def close(self) -> None:
         """Flush the queued global-mirror entries, then close the connection."""

@@ -5,7 +5,9 @@ and/or tool calls. A task's key is its role and name, and the stage it
 resumes at (``coder.tests/resume``; the planner's are ``planner``,
 ``planner/review``, ``planner/report``). Token usage is computed with the
 tokenizer from what is sent and what is returned, so budgets, kill switch
-and metrics behave as with a real model. Output that comes from it is always
+and metrics behave as with a real model; as cached it reports the tools and
+leading messages it was sent unchanged on its previous call, which is what a
+provider's prefix cache would serve. Output that comes from it is always
 labelled ``scripted``.
 
 Artifact ids are content hashes a script cannot know in advance: a string
@@ -100,6 +102,7 @@ class ScriptedProvider:
         self.key = key
         self.step = start_step
         self.tok = tokenizer_for()
+        self._last: tuple[list[str], list[Message]] = ([], [])
 
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
@@ -122,18 +125,31 @@ class ScriptedProvider:
         )
         self.step += 1
         reply = Message(role="assistant", content=planned.text, tool_calls=calls)
-        sent = self.tok.count_messages(list(messages)) + sum(
-            self.tok.count(t.schema_text()) for t in tools
-        )
+        schemas = [t.schema_text() for t in tools]
+        sent = self.tok.count_messages(list(messages)) + sum(map(self.tok.count, schemas))
+        cached = self._cached(schemas, list(messages))
         return ModelResponse(
             text=planned.text,
             tool_calls=calls,
             usage=TokenUsage(
                 input_tokens=sent,
-                cached_tokens=0,
+                cached_tokens=cached,
                 output_tokens=min(self.tok.count_message(reply), max_tokens),
             ),
             provider=self.name,
             model=self.model,
             stop_reason="tool_use" if calls else "end_turn",
         )
+
+    def _cached(self, schemas: list[str], messages: list[Message]) -> int:
+        """What a provider's prefix cache would serve: tools and leading messages as last time."""
+        last_schemas, last_messages = self._last
+        self._last = (schemas, messages)
+        if schemas != last_schemas or not last_messages:
+            return 0
+        cached = sum(map(self.tok.count, schemas))
+        for before, now in zip(last_messages, messages, strict=False):
+            if before != now:
+                break
+            cached += self.tok.count_message(now)
+        return cached
