@@ -55,3 +55,118 @@ class Loopback:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class ScriptedOpenAI:
+    """An OpenAI-compatible chat-completions server that replays a scripted scenario.
+
+    It reads which task is asking from the task header in the prompt (role,
+    name, kind, stage), answers with that script's next step, and can be told
+    to fail first: ``faults`` are (status, body) answers served, in order,
+    before any scripted one, and ``malformed`` names script keys whose first
+    request gets a tool call with arguments that are not JSON.
+    """
+
+    def __init__(self, scenario: Any, *, faults: list[tuple[int, Any]], malformed: set[str]):
+        from workers.context import Message
+        from workers.llm import ScriptedProvider
+
+        self.faults = deque(faults)
+        self.malformed = set(malformed)
+        self.requests: list[dict[str, Any]] = []
+        self.providers: dict[str, Any] = {}
+        lock = threading.Lock()
+        replay = self
+
+        def key_of(messages: list[dict[str, Any]]) -> str:
+            header = next(m["content"] for m in messages if "TASK\nrole:" in (m["content"] or ""))
+            fields = dict(line.split(": ", 1) for line in header.splitlines() if ": " in line)
+            role, name, stage = fields["role"], fields["name"], fields["stage"].split(".")[0]
+            if "kind" not in fields:
+                key = role  # the root task: the planner
+            elif fields["kind"] == "subagent":
+                key = f"subagent.{name}"
+            else:
+                key = f"{role}.{name}"
+            return key if stage == "start" else f"{key}/{stage}"
+
+        def answer(body: dict[str, Any]) -> tuple[int, Any]:
+            with lock:
+                replay.requests.append(body)
+                if replay.faults:
+                    return replay.faults.popleft()
+                key = key_of(body["messages"])
+                if key in replay.malformed:
+                    replay.malformed.discard(key)
+                    call = {
+                        "id": "bad",
+                        "type": "function",
+                        "function": {"name": "write_file", "arguments": "{not json"},
+                    }
+                    return 200, _completion(None, [call], 100, 0, 5)
+                if key not in replay.providers:
+                    replay.providers[key] = ScriptedProvider(scenario, key)
+            messages = [
+                Message(role=m["role"], content=m.get("content") or "") for m in body["messages"]
+            ]
+            step = replay.providers[key].complete(messages, [], max_tokens=body["max_tokens"])
+            calls = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for c in step.tool_calls
+            ]
+            usage = step.usage
+            return 200, _completion(
+                step.text or None,
+                calls,
+                usage.input_tokens,
+                usage.cached_tokens,
+                usage.output_tokens,
+            )
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                status, body = answer(json.loads(self.rfile.read(length)))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("retry-after", "0")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _completion(
+    text: str | None, calls: list[dict[str, Any]], prompt: int, cached: int, output: int
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "model": "gpt-4.1-mini",
+        "choices": [{"message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": output,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -152,13 +153,36 @@ def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_pa
         run("server", "stop", url=None, home=home)  # never leave a server behind
 
 
-def test_demo_runs_a_job_through_a_fleet_and_exits_zero() -> None:
-    proc = run("demo", "--json", url=None)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["status"] == "succeeded"
-    assert sorted(t["role"] for t in doc["tasks"]) == ["coder"] * 3 + ["planner", "reviewer"]
-    assert all(t["status"] == "succeeded" and t["owner"] for t in doc["tasks"])
+def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_path) -> None:
+    home = str(tmp_path / "home")
+    try:
+        proc = run("demo", "--json", url=None, home=home)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["status"] == "succeeded"
+        assert doc["provider"].startswith("scripted")
+        assert all(t["status"] == "succeeded" and t["owner"] for t in doc["tasks"])
+        by_id = {t["task_id"]: t for t in doc["tasks"]}
+        # At least one coder spawned a subagent, and every summary is within its cap.
+        assert any(by_id[s["parent_id"]]["role"] == "coder" for s in doc["subagents"])
+        assert all(0 < s["tokens"] <= s["cap"] for s in doc["subagents"])
+        features = doc["report"]["features"]
+        assert features and all(f["passes"] and f["evidence"] for f in features)
+        for feature in features:
+            evidence = run("show", feature["evidence"][0], "--json", url=None, home=home)
+            log = json.loads(evidence.stdout)
+            assert log["kind"] == "log" and log["job_id"] == doc["job_id"]
+            assert log["content"].startswith(
+                f"$ python -m pytest -q -p no:cacheprovider {feature['check']}"
+            )
+            assert re.search(r"\n\d+ passed(, \d+ deselected)? in [\d.]+s\n", log["content"])
+        files = doc["report"]["workspace"]
+        source = run("show", files["slug.py"], "--lines", "1:1", url=None, home=home).stdout
+        assert source.startswith('"""Slugs for titles')
+        listed = json.loads(run("artifacts", doc["job_id"], "--json", url=None, home=home).stdout)
+        assert {a["id"] for a in listed} == {a["id"] for a in doc["artifacts"]}
+    finally:
+        run("server", "stop", url=None, home=home)  # never leave a server behind
 
 
 def test_a_burst_worker_with_nothing_queued_exits_cleanly(state: State, redis_url) -> None:

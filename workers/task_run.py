@@ -2,8 +2,10 @@
 
 It holds the claim (and so the fencing token) and exposes only fenced
 operations: every write goes through the state layer's scripts with the
-token, settled with the heartbeat so that a renewal never races the owner's
-last write.
+token. The writes that end the claim (complete, spawn, fail) are settled
+with the heartbeat, so that a renewal never races the owner's last write;
+the writes a task makes as it goes (checkpoints, journal, workspace) are
+fenced by the same token and need no settling.
 """
 
 from __future__ import annotations

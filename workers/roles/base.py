@@ -234,7 +234,7 @@ class AgentTask:
             f"goal of the job: {self.run.job.goal}",
         ]
         if self.input:
-            lines.append(f"brief: {self.input.brief}")
+            lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
             refs = [self.artifacts.get(i) for i in self.input.inputs]
             if refs:
                 lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
@@ -269,9 +269,7 @@ class AgentTask:
 
     def checkpoint(self, working: WorkingState) -> None:
         self.run.check()
-        self.run.heartbeat.settle(
-            lambda: self.records.write(self.run.claim, checkpoint=working.model_dump_json())
-        )
+        self.records.write(self.run.claim, checkpoint=working.model_dump_json())
 
     def remember(self, ref: ArtifactRef, name: str = "") -> None:
         """Put an artifact the task made into its working state (by name, if given)."""
@@ -289,7 +287,7 @@ class AgentTask:
 
     def write_files(self, files: dict[str, str]) -> None:
         self.run.check()
-        self.run.heartbeat.settle(lambda: self.records.write(self.run.claim, files=files))
+        self.records.write(self.run.claim, files=files)
 
     def finish(
         self, text: str, *, refs: Sequence[str] = (), ok: bool = True, condense: bool = False

@@ -1,0 +1,127 @@
+"""Agents jobs through real fleets: small records, crash-safe effects, a real provider's wire."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared_state import EffectStatus, JobSpec, Role, Scenario, State, keys
+from workers.llm import load_scenario
+
+from .conftest import events_named, wait_for
+from .loopback import ScriptedOpenAI
+from .test_cli import run
+
+GOAL = "Build slug.py: slugify with tests"
+EDGE_TEST = "def test_edge_empty_and_punctuation"
+SIZE_LIMIT = 2048
+
+
+def finished(state: State, job_id: str, timeout: float = 90):
+    return wait_for(
+        lambda: (job := state.jobs.get(job_id)).status.finished and job,
+        timeout=timeout,
+        what=f"job {job_id} to finish",
+    )
+
+
+def _assert_small(state: State, pattern: str) -> int:
+    """Every field of every hash matching ``pattern`` is at most 2 KiB; how many hashes."""
+    hashes = [k for k in state.client.scan_iter(pattern) if state.client.type(k) == b"hash"]
+    for key in hashes:
+        sizes = {f.decode(): len(v) for f, v in state.client.hgetall(key).items()}
+        assert max(sizes.values()) <= SIZE_LIMIT, (key, sizes)
+    return len(hashes)
+
+
+def test_envelopes_and_task_records_carry_no_payload_over_2_kib(state: State, start_fleet) -> None:
+    # Envelopes are deleted once run: look at each wave while it waits in its queue,
+    # by starting each role's workers only once the previous wave is queued.
+    job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
+    assert _assert_small(state, "rq:job:*") == 1  # the planner's
+    depth = state.delivery.depths
+    start_fleet(planners=1, coders=0, reviewers=0, lease_ms=5_000)
+    wait_for(lambda: depth()["coder"] == 2, what="the coder envelopes")
+    assert _assert_small(state, "rq:job:*") == 2
+    start_fleet(planners=0, coders=2, reviewers=0, lease_ms=5_000)
+    wait_for(lambda: depth()["reviewer"] == 1, what="the reviewer envelope")
+    assert _assert_small(state, "rq:job:*") == 1
+    start_fleet(planners=0, coders=0, reviewers=1, lease_ms=5_000)
+    assert finished(state, job.job_id).status == "succeeded"
+    assert _assert_small(state, keys.task(job.job_id, "*")) == 5
+    # The payloads went into artifacts, which the records name by id.
+    store = state.artifacts(job.job_id)
+    assert store.get(state.jobs.get(job.job_id).result).kind == "report"
+    assert {r.kind for r in store.list()} >= {"features", "file", "log", "summary", "verdict"}
+
+
+@pytest.mark.parametrize("point", ["after-intent", "after-effect"])
+def test_a_coder_killed_mid_effect_resumes_and_the_effect_happens_once(
+    state: State, start_fleet, tmp_path: Path, point: str
+) -> None:
+    marker = tmp_path / "fired"
+    failpoint = f"journal.{point}.append_file@{marker}"
+    job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
+    start_fleet(
+        planners=1, coders=2, reviewers=1, lease_ms=1_000,
+        worker_env=(("REDFLEET_FAILPOINTS", failpoint),),
+    )  # fmt: skip
+    done = finished(state, job.job_id)
+    assert done.status == "succeeded", done.reason
+    assert marker.exists()  # a coder really was killed at that point
+    records, store = state.records(job.job_id), state.artifacts(job.job_id)
+    (appender,) = [
+        t for t in state.tasks.list(job.job_id) if t.role is Role.CODER and t.stage == "resume"
+    ]
+    assert appender.attempt == 2  # reclaimed after the kill, by the reaper
+    assert events_named(state, job.job_id, "task.requeued")
+    # The effect counted in the result: the appended tests are in the file once.
+    test_file = store.text(records.files()["test_slug.py"])
+    assert test_file.count(EDGE_TEST) == 1
+    (entry,) = [e for e in records.journal(appender.task_id).values() if e.tool == "append_file"]
+    assert entry.status is EffectStatus.DONE
+    if point == "after-effect":
+        # It had happened: the check found it, the replayed call got the recorded result.
+        assert entry.result == "settled on resume: the effect was found"
+    else:
+        # It had not: the check said so, and the replayed call made it, once.
+        assert entry.result.startswith("appended ")
+
+
+def test_a_job_through_the_openai_wire_survives_faults_and_records_usage_per_step(
+    state: State, start_fleet, redis_url: str
+) -> None:
+    faults = [(429, {"error": {"message": "rate limited"}}), (500, {"error": {"message": "boom"}})]
+    with ScriptedOpenAI(load_scenario("demo"), faults=faults, malformed={"coder.impl"}) as api:
+        job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
+        env = (
+            ("REDFLEET_PROVIDER", "openai"),
+            ("REDFLEET_MODEL", "gpt-4.1-mini"),
+            ("REDFLEET_BASE_URL", api.url),
+            ("OPENAI_API_KEY", "sk-loopback"),
+        )
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
+        done = finished(state, job.job_id)
+    assert done.status == "succeeded", done.reason
+    # The malformed call went back to the model as a tool error, and the run went on.
+    rejected = [
+        m
+        for r in api.requests
+        for m in r["messages"]
+        if m["role"] == "tool" and "rejected: arguments are not JSON" in (m["content"] or "")
+    ]
+    assert rejected
+    calls = events_named(state, job.job_id, "model.called")
+    assert calls and all(e.provider == "openai" and e.model == "gpt-4.1-mini" for e in calls)
+    assert all(int(e.input_tokens) > 0 and int(e.output_tokens) > 0 for e in calls)
+    # Successful answers only: the 429 and 500 were retried inside one call.
+    assert len(calls) == len(api.requests) - len(faults)
+    status = json.loads(run("status", job.job_id, "--json", url=redis_url).stdout)
+    usage = status["usage"]
+    assert usage["calls"] == len(calls)
+    assert usage["input_tokens"] == sum(int(e.input_tokens) for e in calls)
+    assert usage["cached_tokens"] == sum(int(e.cached_tokens) for e in calls) > 0
+    assert usage["output_tokens"] == sum(int(e.output_tokens) for e in calls)
+    assert usage["cost_usd"] > 0
