@@ -42,11 +42,15 @@ def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> N
         lambda: state.tasks.complete(old, parent.task_id),
         lambda: state.tasks.fail(old, "boom"),
         lambda: state.tasks.spawn(old, "x", [_child()]),
+        lambda: state.records(job.job_id).write(old, checkpoint="{}", files={"a.py": "a-1"}),
     ):
         with pytest.raises(Fenced):
             write()
     fenced = events_named(state, job.job_id, "task.fenced")
-    assert [e.model_extra["op"] for e in fenced] == ["renew", "complete", "fail", "spawn"]
+    ops = [e.model_extra["op"] for e in fenced]
+    assert ops == ["renew", "complete", "fail", "spawn", "write"]
+    records = state.records(job.job_id)
+    assert records.checkpoint(child_id) is None and records.files() == {}
     assert all(e.worker == "w1" and e.token == 1 for e in fenced)
     stored = state.tasks.get(job.job_id, child_id)
     assert stored.status == TaskStatus.CLAIMED and stored.owner == "w2" and stored.token == 2

@@ -1,0 +1,103 @@
+"""Journaled effects on a real Redis: once per key, settled on resume, never run twice blindly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from shared_state import EffectStatus, JobSpec, JournalEntry, Role, State
+from workers.errors import Blocked
+from workers.heartbeat import Heartbeat
+from workers.journal import Journal
+from workers.task_run import TaskRun
+
+
+@dataclass
+class Bump:
+    """An effect that counts how often it ran; its check answers as told."""
+
+    name: str = "bump"
+    idempotent: bool = False
+    records_itself: bool = False
+    found: bool | None = None
+    effects: list[int] = field(default_factory=list)
+
+    def apply(self, entry: JournalEntry) -> str:
+        self.effects.append(entry.detail["n"])
+        return f"bumped {entry.detail['n']}"
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        return self.found
+
+
+def claimed(state: State, worker: str = "w1") -> TaskRun:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    got = state.tasks.claim(job.job_id, job.root_task, worker, 60_000)
+    assert got is not None
+    beat = Heartbeat(state, worker_id=worker, role=Role.PLANNER, lease_ms=60_000, info={})
+    beat.hold(got.claim)
+    return TaskRun(state, got.job, got.task, got.claim, beat)
+
+
+def journal(run: TaskRun, bump: Bump) -> Journal:
+    return Journal(run, run.state.records(run.job.job_id), run.task.stage, [bump])
+
+
+def test_the_same_call_in_the_same_stage_takes_effect_once(state: State) -> None:
+    run, bump = claimed(state), Bump()
+    first = journal(run, bump).perform("bump", "counter", {"n": 1}, lambda: {"n": 1})
+    # A replay (say, after a crash) reads the journal afresh.
+    again = journal(run, bump).perform("bump", "counter", {"n": 1}, lambda: {"n": 1})
+    other = journal(run, bump).perform("bump", "counter", {"n": 2}, lambda: {"n": 2})
+    assert bump.effects == [1, 2]
+    assert first == "bumped 1" and again.startswith("bumped 1 (already done earlier")
+    assert other == "bumped 2"
+    entries = state.records(run.job.job_id).journal(run.task.task_id)
+    assert {e.status for e in entries.values()} == {EffectStatus.DONE}
+    assert all(k.startswith(f"{run.task.task_id}:bump counter#") for k in entries)
+    assert all(k.endswith(":start") for k in entries)
+
+
+def _left_intent(run: TaskRun, bump: Bump) -> str:
+    """What a worker killed between intent and result leaves behind."""
+    j = journal(run, bump)
+    key = j.key("bump", "counter", {"n": 7})
+    entry = JournalEntry(
+        key=key, task_id=run.task.task_id, tool="bump", status=EffectStatus.INTENT, detail={"n": 7}
+    )
+    run.state.records(run.job.job_id).write(run.claim, journal=[entry])
+    return key
+
+
+@pytest.mark.parametrize(
+    ("found", "idempotent", "status", "on_resume", "after_replays"),
+    [
+        (True, False, EffectStatus.DONE, [], []),  # the check found it: never again
+        (False, False, EffectStatus.NOT_DONE, [], [7]),  # it did not: the replay runs it once
+        (None, True, EffectStatus.DONE, [7], [7]),  # no check, idempotent: applied on resume
+    ],
+)
+def test_resume_settles_an_intent_without_a_result(
+    state: State, found, idempotent, status, on_resume, after_replays
+) -> None:
+    run, bump = claimed(state), Bump(found=found, idempotent=idempotent)
+    key = _left_intent(run, bump)
+    notes = journal(run, bump).reconcile()
+    assert len(notes) == 1 and key in notes[0]
+    assert bump.effects == on_resume
+    assert state.records(run.job.job_id).journal(run.task.task_id)[key].status is status
+    # The replayed call: done stays done; not done runs now, once.
+    journal(run, bump).perform("bump", "counter", {"n": 7}, lambda: {"n": 7})
+    journal(run, bump).perform("bump", "counter", {"n": 7}, lambda: {"n": 7})
+    assert bump.effects == after_replays
+
+
+def test_an_uncheckable_non_idempotent_intent_blocks_the_task(state: State) -> None:
+    run, bump = claimed(state), Bump(found=None, idempotent=False)
+    key = _left_intent(run, bump)
+    with pytest.raises(Blocked, match="a person must decide"):
+        journal(run, bump).reconcile()
+    assert bump.effects == []
+    entry = state.records(run.job.job_id).journal(run.task.task_id)[key]
+    assert entry.status is EffectStatus.BLOCKED
