@@ -125,3 +125,58 @@ def test_a_job_through_the_openai_wire_survives_faults_and_records_usage_per_ste
     assert usage["cached_tokens"] == sum(int(e.cached_tokens) for e in calls) > 0
     assert usage["output_tokens"] == sum(int(e.output_tokens) for e in calls)
     assert usage["cost_usd"] > 0
+
+
+def _call(name: str, **arguments: object) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+TEST_M = "from m import double\n\n\ndef test_double():\n    assert double(3) == 6\n"
+BUGGY = {
+    "name": "buggy",
+    "roles": {
+        "planner": [
+            _call("write_features", features=[
+                {"id": "F1", "description": "double(x) returns 2x", "check": "test_m.py"}]),
+            _call("dispatch_coders", tasks=[{"name": "impl", "brief": "write m.py and tests"}]),
+        ],
+        "coder.impl": [
+            _call("write_file", path="m.py", content="def double(x):\n    return x + 1\n"),
+            _call("write_file", path="test_m.py", content=TEST_M),
+            {"text": "m.py and test_m.py written"},
+        ],
+        "planner/review": [_call("dispatch_reviewer", brief="check F1")],
+        "reviewer.review": [
+            _call("run_checks", feature_ids=["F1"]),
+            _call("submit_verdicts", verdicts=[{"feature_id": "F1", "passes": True}]),
+            _call("submit_verdicts", verdicts=[{"feature_id": "F1", "passes": False}]),
+        ],
+        "planner/report": [
+            _call("dispatch_fixes", tasks=[{"name": "impl", "brief": "fix double"}]),
+            {"text": "F1 still fails"},
+        ],
+    },
+}  # fmt: skip
+
+
+def test_a_failing_feature_gets_bounded_fix_rounds_and_never_passes_without_evidence(
+    state: State, start_fleet, tmp_path: Path
+) -> None:
+    script = tmp_path / "buggy.json"
+    script.write_text(json.dumps(BUGGY))
+    job = state.jobs.submit(JobSpec(goal="double", scenario=Scenario.AGENTS))
+    start_fleet(planners=1, coders=1, reviewers=1, worker_env=(("REDFLEET_SCRIPT", str(script)),))
+    done = finished(state, job.job_id)
+    assert done.status == "failed"
+    assert "1 of 1 features fail after 2 review round(s): F1" in done.reason
+    roles = sorted(t.role.value for t in state.tasks.list(job.job_id))
+    assert roles == ["coder", "coder", "planner", "reviewer", "reviewer"]
+    store = state.artifacts(job.job_id)
+    # The reviewer's claim that F1 passes was refused both times: no check had passed.
+    verdicts = [json.loads(store.text(r.id)) for r in store.list() if r.kind == "verdict"]
+    assert verdicts and all(not v["passes"] for d in verdicts for v in d["verdicts"])
+    report = json.loads(store.text(done.reason.rsplit("report ", 1)[1]))
+    (feature,) = report["features"]
+    assert not feature["passes"] and report["rounds"] == 2
+    (log,) = feature["evidence"]
+    assert "assert 4 == 6" in store.text(log)
