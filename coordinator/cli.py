@@ -114,6 +114,11 @@ def _provider_env(
             if v is not None
         }
     )  # fmt: skip
+    if given["provider"] != ProviderName.SCRIPTED and not given.get("model"):
+        raise CoordinatorError(
+            f"--model: the {given['provider']} provider needs a model name, "
+            "e.g. --model gpt-4.1-mini (or set REDFLEET_MODEL)"
+        )
     choice = ProviderChoice.model_validate(given)
     if choice.provider is ProviderName.SCRIPTED:
         from workers.llm import load_scenario

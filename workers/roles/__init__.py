@@ -3,14 +3,15 @@
 ``run`` picks the role for a claimed task (a task whose input says
 ``subagent`` runs as one, whatever its queue) and turns what can go wrong
 into a stated reason on the task: an effect that cannot be settled stops it
-as blocked; a request the provider refuses, a context over its ceiling or a
-budget spent fail it without retries (they would fail again); a provider
-that is unavailable fails the attempt, which is retried.
+as blocked; a request the provider refuses, a context over its ceiling, a
+budget spent or a missing input artifact fail it without retries (they would
+fail again); a provider that is unavailable fails the attempt, which is
+retried.
 """
 
 from __future__ import annotations
 
-from shared_state import BudgetExceeded, Role
+from shared_state import ArtifactNotFound, BudgetExceeded, Role
 
 from ..errors import AuthError, BadRequest, Blocked, ContextError, ModelNotFound, ScenarioExhausted
 from ..llm import ProviderChoice
@@ -26,7 +27,8 @@ ROLES: dict[Role, type[AgentTask]] = {
     Role.CODER: Coder,
     Role.REVIEWER: Reviewer,
 }
-FINAL = (Blocked, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
+# Errors a retry would meet again: the task fails at once, with the reason.
+FINAL = (ArtifactNotFound, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
          ScenarioExhausted)  # fmt: skip
 
 
@@ -34,6 +36,8 @@ def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> None:
     try:
         agent = _agent(task_run, choice, worker)
         agent.perform()
+    except Blocked as exc:
+        task_run.fail(str(exc)[:500], retryable=False)
     except FINAL as exc:
         task_run.fail(f"{type(exc).__name__}: {exc}"[:500], retryable=False)
 
