@@ -34,7 +34,6 @@ class Summary(BaseModel):
     tokens: int = 0  # of render(), always <= cap
     condensed: bool = False
     full_text: str = ""  # artifact id of the uncut answer, when it was cut
-    ok: bool = True  # the task reached its goal (a reviewer's failing verdict is ok=True)
 
     def render(self) -> str:
         refs = "\n".join(self.refs)

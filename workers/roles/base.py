@@ -289,15 +289,13 @@ class AgentTask:
         self.run.check()
         self.records.write(self.run.claim, files=files)
 
-    def finish(
-        self, text: str, *, refs: Sequence[str] = (), ok: bool = True, condense: bool = False
-    ) -> Summary:
+    def finish(self, text: str, *, refs: Sequence[str] = (), condense: bool = False) -> Summary:
         """Complete the task with its Summary (an artifact; the task keeps only its id)."""
         cap = self.input.summary_cap if self.input else DEFAULT_CAP
         kind = self.input.kind if self.input else "task"
         draft = Summary(
             task_id=self.task.task_id, name=self.name, kind=kind, text=text, refs=tuple(refs),
-            cap=cap, ok=ok,
+            cap=cap,
         )  # fmt: skip
         summary = capped(
             draft,
