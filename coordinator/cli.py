@@ -17,6 +17,7 @@ import time
 from typing import Annotated
 
 import pydantic
+import redis
 import typer
 
 from shared_state import (
@@ -27,7 +28,7 @@ from shared_state import (
     State,
     StateError,
 )
-from workers.llm import ProviderChoice, ProviderName
+from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, views
 from .connection import Embedded, open_state, redis_url
@@ -104,16 +105,12 @@ def _provider_env(
     script: str | None,
 ) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
     """The provider the options choose, checked now, and the workers' environment for it."""
-    given = settings.provider_choice().model_dump(exclude_none=True)
-    given.update(
-        {
-            k: v
-            for k, v in {
-                "provider": provider, "model": model, "base_url": base_url, "script": script,
-            }.items()
-            if v is not None
-        }
-    )  # fmt: skip
+    given = {
+        "provider": provider or settings.provider,
+        "model": settings.model if model is None else model,
+        "base_url": settings.base_url if base_url is None else base_url,
+        "script": script or settings.script,
+    }
     if given["provider"] != ProviderName.SCRIPTED and not given.get("model"):
         raise CoordinatorError(
             f"--model: the {given['provider']} provider needs a model name, "
@@ -121,8 +118,6 @@ def _provider_env(
         )
     choice = ProviderChoice.model_validate(given)
     if choice.provider is ProviderName.SCRIPTED:
-        from workers.llm import load_scenario
-
         try:
             load_scenario(choice.script)
         except ValueError as exc:
@@ -461,8 +456,10 @@ def demo(
     settings = Settings()
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
     logs.configure(_log_level())
-    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, None, None, "demo")
-    url = redis_url(settings)
+    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, "", None, "demo")
+    # An embedded Redis of its own: no fleet of yours takes the demo's tasks, nor it yours.
+    demo_home = settings.home / "demo"
+    url = Embedded(demo_home).ensure()
     with open_state(settings, url) as state:
         job = state.jobs.submit(
             JobSpec(goal=DEMO_GOAL, scenario=Scenario.AGENTS, max_attempts=settings.max_attempts)
@@ -482,6 +479,8 @@ def demo(
         report = fleet.run()
         doc = views.job_doc(state, state.jobs.get(job.job_id))
         doc["provider"] = choice.describe()
+        doc["redis_url"] = url
+        doc["redis_home"] = str(demo_home)
         doc.update(views.outcome_doc(state, job.job_id))
         doc["events"] = len(state.events.read(job.job_id, last=10_000))
         doc["fleet"] = report.__dict__
@@ -500,11 +499,16 @@ DEMO_GOAL = "Build slug.py: slugify(text, max_length=None) for URL slugs, with p
 def _stop_when_finished(state: State, job_id: str, fleet: Fleet, timeout_s: float) -> None:
     """The demo's fleet serves until its own job has finished (others may share the Redis)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not fleet.stopping.is_set():
-        if state.jobs.get(job_id).status.finished:
-            break
-        fleet.stopping.wait(0.2)
-    fleet.request_stop()
+    try:
+        while not fleet.stopping.is_set():
+            if state.jobs.get(job_id).status.finished:
+                return
+            if time.monotonic() > deadline:
+                state.jobs.cancel(job_id, reason=f"demo timed out after {timeout_s:.0f} s")
+                return
+            fleet.stopping.wait(0.2)
+    finally:
+        fleet.request_stop()
 
 
 @server_app.command("status")
@@ -545,5 +549,7 @@ def main() -> None:
         message = str(exc)
     except pydantic.ValidationError as exc:
         message = _validation_message(exc)
+    except redis.RedisError as exc:  # the server went away, or refused, mid-command
+        message = f"Redis: {exc}"
     print(f"redfleet: error: {message}", file=sys.stderr)
     sys.exit(2)

@@ -115,13 +115,18 @@ def print_outcome(doc: dict[str, Any]) -> None:
             f"subagent {sub['name']} ({sub['task_id']}): summary {sub['summary']}, "
             f"{sub['tokens']} of {sub['cap']} tokens"
         )
+    env = f"REDIS_URL={doc['redis_url']}"
     console.print(
-        f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further:\n"
+        f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further, on the "
+        f"demo's own Redis:\n"
+        f"  export {env}\n"
         f"  redfleet logs {doc['job_id']}\n"
         f"  redfleet artifacts {doc['job_id']}\n"
-        f"  redfleet show {doc['result'] or 'ARTIFACT_ID'}   (the final report)\n"
+        f"  redfleet show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
         f"  redfleet show ARTIFACT_ID --lines 1:20\n"
-        "The embedded Redis keeps running for that; `redfleet server stop` stops it."
+        f"It keeps running for that; stop it with "
+        f"`REDFLEET_HOME={doc['redis_home']} redfleet server stop`.",
+        soft_wrap=True,
     )
 
 

@@ -3,9 +3,10 @@
     journal      one entry per tool call with an external effect: its intent
                  (under an idempotency key), then its result
     checkpoints  each task's last working state (JSON), saved after every step
-    workspace    path -> artifact id of every file the job's coders wrote
+    workspace    path -> artifact id of every file the job's coders wrote (one
+                 per job, shared by its tasks: the last write of a path wins)
 
-Anyone may read them; every write is the task owner's, fenced by its token
+Anyone may read them; every write is a task owner's, fenced by its token
 (``ownerWrite``), so a worker that lost its claim cannot write after its
 successor started.
 """
@@ -35,7 +36,7 @@ class JournalEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    key: str  # idempotency key: task:target:stage
+    key: str  # idempotency key task:target:stage, e.g. "c-1:write_file a.py#9f2c01aa:start"
     task_id: str
     tool: str
     status: EffectStatus

@@ -159,6 +159,8 @@ def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_
         proc = run("demo", "--json", url=None, home=home)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
+        url = doc["redis_url"]  # the demo's own embedded Redis, kept for a look afterwards
+        assert doc["redis_home"] == f"{home}/demo"
         assert doc["status"] == "succeeded"
         assert doc["provider"].startswith("scripted")
         assert all(t["status"] == "succeeded" and t["owner"] for t in doc["tasks"])
@@ -169,7 +171,7 @@ def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_
         features = doc["report"]["features"]
         assert features and all(f["passes"] and f["evidence"] for f in features)
         for feature in features:
-            evidence = run("show", feature["evidence"][0], "--json", url=None, home=home)
+            evidence = run("show", feature["evidence"][0], "--json", url=url)
             log = json.loads(evidence.stdout)
             assert log["kind"] == "log" and log["job_id"] == doc["job_id"]
             assert log["content"].startswith(
@@ -177,12 +179,12 @@ def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_
             )
             assert re.search(r"\n\d+ passed(, \d+ deselected)? in [\d.]+s\n", log["content"])
         files = doc["report"]["workspace"]
-        source = run("show", files["slug.py"], "--lines", "1:1", url=None, home=home).stdout
+        source = run("show", files["slug.py"], "--lines", "1:1", url=url).stdout
         assert source.startswith('"""Slugs for titles')
-        listed = json.loads(run("artifacts", doc["job_id"], "--json", url=None, home=home).stdout)
+        listed = json.loads(run("artifacts", doc["job_id"], "--json", url=url).stdout)
         assert {a["id"] for a in listed} == {a["id"] for a in doc["artifacts"]}
     finally:
-        run("server", "stop", url=None, home=home)  # never leave a server behind
+        run("server", "stop", url=None, home=f"{home}/demo")  # never leave a server behind
 
 
 def test_a_burst_worker_with_nothing_queued_exits_cleanly(state: State, redis_url) -> None:

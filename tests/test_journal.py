@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from shared_state import EffectStatus, JobSpec, JournalEntry, Role, State
-from workers.errors import Blocked
+from workers.errors import Blocked, ToolRefused
 from workers.heartbeat import Heartbeat
 from workers.journal import Journal
 from workers.task_run import TaskRun
@@ -101,3 +101,24 @@ def test_an_uncheckable_non_idempotent_intent_blocks_the_task(state: State) -> N
     assert bump.effects == []
     entry = state.records(run.job.job_id).journal(run.task.task_id)[key]
     assert entry.status is EffectStatus.BLOCKED
+
+
+def test_an_idempotent_effect_undone_since_is_made_again(state: State) -> None:
+    run, bump = claimed(state), Bump(idempotent=True, found=False)  # "A" is not in place now
+    journal(run, bump).perform("bump", "file", {"n": 1}, lambda: {"n": 1})  # write A
+    journal(run, bump).perform("bump", "file", {"n": 2}, lambda: {"n": 2})  # write B
+    journal(run, bump).perform("bump", "file", {"n": 1}, lambda: {"n": 1})  # A again
+    assert bump.effects == [1, 2, 1]
+
+
+def test_a_spawn_already_made_in_this_stage_is_refused_not_skipped(state: State) -> None:
+    run, spawn = claimed(state), Bump(name="spawn", records_itself=True)
+    j = journal(run, spawn)
+    key = j.key("spawn", "review", {"n": 3})
+    done = JournalEntry(key=key, task_id=run.task.task_id, tool="spawn",
+                        status=EffectStatus.DONE, detail={"n": 3}, result="spawned 3")  # fmt: skip
+    state.records(run.job.job_id).write(run.claim, journal=[done])
+    # Returning "done" would end the run as if it had handed off, with nothing to wait for.
+    with pytest.raises(ToolRefused, match="already done: spawned 3"):
+        journal(run, spawn).perform("spawn", "review", {"n": 3}, lambda: {"n": 3})
+    assert spawn.effects == []

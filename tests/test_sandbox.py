@@ -43,7 +43,25 @@ def test_output_is_capped() -> None:
     assert len(run.log.encode()) < MAX_LOG_BYTES + 500 and "output cut at" in run.log
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "../escape.py", "a/../../b.py", ""])
+@pytest.mark.parametrize("path", ["/etc/passwd", "../escape.py", "a/../../b.py", "", ".", "a/"])
 def test_paths_outside_the_workspace_are_refused(path: str) -> None:
     with pytest.raises(ToolRefused, match="inside the workspace"):
         run_pytest({path: "x = 1\n"}, "test_x.py")
+
+
+@pytest.mark.parametrize(
+    ("check", "why"),
+    [
+        ("/etc/test_x.py", "inside the workspace"),
+        ("../test_x.py::test_a", "inside the workspace"),
+        ("test_x.py --basetemp=/tmp/x", "option --basetemp=/tmp/x is not allowed"),
+        ("-p evil", "option -p is not allowed"),
+        ("test_x.py -k", "-k needs an expression"),
+        ("", "needs pytest arguments"),
+    ],
+)
+def test_checks_are_limited_to_test_ids_in_the_workspace_and_a_few_options(
+    check: str, why: str
+) -> None:
+    with pytest.raises(ToolRefused, match=why):
+        run_pytest(MODULE, check)

@@ -39,5 +39,15 @@ def test_an_answer_still_over_the_cap_is_cut_with_a_ref_to_the_full_text() -> No
     assert not got.condensed and got.full_text
     assert TOK.count(got.render()) == got.tokens <= got.cap
     assert got.text.startswith(LONG[:100]) and got.full_text in got.text
-    assert sink.text(got.full_text) == LONG
+    assert sink.text(got.full_text).startswith(LONG)
     assert got.refs == draft(LONG).refs  # exact material stays reachable
+
+
+def test_refs_that_would_crowd_out_the_text_are_kept_in_the_full_text_only() -> None:
+    refs = tuple(f"[artifact a-{i:016x} note 10B untrusted: note number {i}]" for i in range(40))
+    sink = MemoryArtifacts()
+    many = draft(LONG, cap=200).model_copy(update={"refs": refs})
+    got = capped(many, tok=TOK, sink=sink)
+    assert got.tokens == TOK.count(got.render()) <= 200
+    assert 0 < len(got.refs) < len(refs) and got.refs == refs[: len(got.refs)]
+    assert all(r in sink.text(got.full_text) for r in refs)

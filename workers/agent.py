@@ -12,8 +12,9 @@ and stops with a stated reason otherwise — never a crash:
   at most ``max_tool_errors`` times in a run; past that the run fails. A tool
   that refuses its input (``ToolRefused``: an unknown artifact, a bad path)
   counts the same way;
-- a tool that hands the task off (``ends_run``: it spawned children and the
-  task now waits for them) ends the run after its batch of calls.
+- a tool that ends the run (``ends_run``: it spawned children and the task
+  now waits for them, or it delivered the run's result) ends it after its
+  batch of calls; ``AgentOutcome.ended_by`` names it.
 
 ``on_step`` is called with the working state after each model response,
 before its tools run: the task's checkpoint (and its chance to stop a run
@@ -114,6 +115,7 @@ class AgentOutcome:
     steps: int
     state: WorkingState
     history: list[Message] = field(default_factory=list)
+    ended_by: str = ""  # the ends_run tool that ended the run, if one did
 
 
 class AgentLoop:
@@ -183,22 +185,24 @@ class AgentLoop:
                 self.on_step(self.state)
             if not response.tool_calls:
                 return self._outcome(True, response.text, "answered", step, history)
-            handed_off = ""
+            ended_by = ""
             for call in response.tool_calls:
-                if handed_off:
-                    # The task no longer runs: later calls of the batch are not made.
-                    result, ran = f"error: not run; {handed_off} ended this run", True
+                if ended_by:
+                    # The run is over: later calls of the batch are not made.
+                    result, ran = f"error: not run; {ended_by} ended this run", True
                 else:
                     result, ran = self.tools.call(call)
                     if ran and self.tools.ends_run(call.name):
-                        handed_off = call.name
+                        ended_by = call.name
                 history.append(
                     Message(role="tool", content=result, tool_call_id=call.id, name=call.name)
                 )
                 if not ran:
                     tool_errors, last_error = tool_errors + 1, result
-            if handed_off:
-                return self._outcome(True, "", f"handed off by {handed_off}", step, history)
+            if ended_by:
+                outcome = self._outcome(True, "", f"ended by {ended_by}", step, history)
+                outcome.ended_by = ended_by
+                return outcome
             if tool_errors > self.limits.max_tool_errors:
                 reason = (
                     f"the model made {tool_errors} invalid tool calls "

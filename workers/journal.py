@@ -5,7 +5,9 @@ workspace, tasks spawned) is recorded as an intent before it runs and as
 done after it, under the key ``task:target:stage``; the target names the
 tool, what it changes and a digest of its arguments. The same call in the
 same stage is the same effect: a replay after a crash gets the recorded
-result back instead of running the effect again.
+result back instead of running the effect again (so appending the same text
+twice in one stage appends it once). An idempotent effect undone since
+(writing A, then B, then A again) is made again.
 
 A resumed task settles every intent that has no result before its model
 runs again (``reconcile``): the effect's own ``check`` says whether it took
@@ -25,7 +27,7 @@ from typing import Any, Protocol
 from shared_state import EffectStatus, JournalEntry, Records
 
 from . import failpoints
-from .errors import Blocked
+from .errors import Blocked, ToolRefused
 from .task_run import TaskRun
 
 
@@ -68,10 +70,15 @@ class Journal:
     ) -> str:
         """Run a journaled call once; ``prepare`` gives the intent's detail (ids, no payloads)."""
         key = self.key(tool, target, arguments)
+        kind = self.kinds[tool]
         done = self.entries.get(key)
         if done is not None and done.status is EffectStatus.DONE:
-            return f"{done.result} (already done earlier; recorded, not run again)"
-        kind = self.kinds[tool]
+            if kind.records_itself:
+                # A spawn made in this stage: this run already handed off once.
+                raise ToolRefused(f"{tool} with these arguments was already done: {done.result}")
+            if not (kind.idempotent and kind.check(done) is False):
+                return f"{done.result} (already done earlier; recorded, not run again)"
+            # An idempotent effect undone since (A, B, then A again): make it again.
         intent = JournalEntry(
             key=key,
             task_id=self.run.task.task_id,

@@ -1,14 +1,22 @@
 """Run a workspace's checks: files materialized in a temporary directory, pytest run there.
 
-The reviewer runs ``python -m pytest -q <check>`` against exactly the files
-the coders wrote, nothing else: a fresh temporary directory, a wall-clock
-timeout (the process group is killed), no network (an audit hook refuses
-every socket connect and name lookup in the checked code) and a cap on the
-output kept (the log file cannot grow past it). The raw log is the evidence.
+The reviewer runs ``python -m pytest -q <check>`` against the files the
+coders wrote: a fresh temporary directory, a check limited to test ids in
+that directory and the ``-k``/``-m``/``-x`` options, a wall-clock timeout
+(the process group is killed, also after a normal exit), no network for
+Python code (an audit hook refuses socket connects and name lookups), and
+limits on file size (the log cannot grow past its cap), memory and CPU time.
+The raw log is the evidence.
+
+This is a guard against accidents, not a security boundary: the checked code
+runs as the worker's user. When the model or its inputs are not trusted,
+run the workers in a container (see the Dockerfile) or a sandbox of the
+operating system.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -24,6 +32,10 @@ from .errors import ToolRefused
 
 TIMEOUT_S = 60.0
 MAX_LOG_BYTES = 256 * 1024
+MAX_MEMORY_BYTES = 2 * 1024**3
+MAX_CPU_S = 120
+OPTIONS_WITH_VALUE = ("-k", "-m")
+FLAGS = ("-x",)
 
 # Loaded first by the checked interpreter (PYTHONPATH): audit hooks cannot be removed,
 # and the file-size limit holds for the log it writes and for every process it starts.
@@ -31,6 +43,8 @@ _GUARD = f"""import resource
 import sys
 
 resource.setrlimit(resource.RLIMIT_FSIZE, ({MAX_LOG_BYTES}, {MAX_LOG_BYTES}))
+resource.setrlimit(resource.RLIMIT_AS, ({MAX_MEMORY_BYTES}, {MAX_MEMORY_BYTES}))
+resource.setrlimit(resource.RLIMIT_CPU, ({MAX_CPU_S}, {MAX_CPU_S}))
 
 
 def _refuse(event, args):
@@ -59,18 +73,35 @@ class CheckRun:
 def workspace_path(path: str) -> PurePosixPath:
     """A relative path inside the workspace, or ToolRefused naming what is wrong."""
     pure = PurePosixPath(path)
-    if not path or pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
-        raise ToolRefused(f"path {path!r} must be relative and stay inside the workspace")
+    if (
+        not pure.parts
+        or pure.is_absolute()
+        or ".." in pure.parts
+        or path.startswith("~")
+        or "\x00" in path
+        or path.endswith("/")
+    ):
+        raise ToolRefused(f"path {path!r} must name a file inside the workspace")
     return pure
 
 
 def pytest_args(check: str) -> list[str]:
+    """A check's pytest arguments: test ids inside the workspace, -k/-m expressions, -x."""
     try:
         args = shlex.split(check)
     except ValueError as exc:
         raise ToolRefused(f"check {check!r} is not a valid argument list: {exc}") from exc
     if not args:
         raise ToolRefused("a check needs pytest arguments, e.g. 'test_mod.py::test_name'")
+    given = iter(args)
+    for arg in given:
+        if arg in OPTIONS_WITH_VALUE:
+            if next(given, None) is None:
+                raise ToolRefused(f"check {check!r}: {arg} needs an expression")
+        elif arg.startswith("-") and arg not in FLAGS:
+            raise ToolRefused(f"check {check!r}: option {arg} is not allowed (only -k, -m, -x)")
+        elif not arg.startswith("-"):
+            workspace_path(arg.split("::", 1)[0])
     return args
 
 
@@ -109,10 +140,14 @@ def run_pytest(files: Mapping[str, str], check: str, *, timeout_s: float = TIMEO
             try:
                 code, timed_out = proc.wait(timeout_s), False
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                code, timed_out = proc.wait(), True
+                code, timed_out = None, True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running, too
+            if code is None:
+                code = proc.wait()
         size = log_path.stat().st_size
-        output = log_path.read_bytes()[:MAX_LOG_BYTES].decode(errors="replace")
+        with log_path.open("rb") as log:
+            output = log.read(MAX_LOG_BYTES).decode(errors="replace")
     # The command heads the log: the evidence says what was run, and two checks with
     # the same output stay two artifacts.
     text = f"$ {shlex.join(['python', *command[1:]])}\n{output}"

@@ -2,9 +2,10 @@
 
 A subagent's answer comes back condensed, never as its transcript. The cap
 (default 1,500 tokens) holds for the whole rendered summary: an answer over
-it is condensed once more by the model; if that is still over (or the call
-fails), it is cut, and the full text is stored as an artifact the summary
-points to. Exact material (code, tables) travels as artifact refs.
+it is stored whole as an artifact the summary points to, then condensed once
+more by the model; if that is still over (or the call fails), it is cut.
+Refs that would leave less than half the cap for text are kept only in the
+stored whole. Exact material (code, tables) travels as artifact refs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Summary(BaseModel):
     cap: int
     tokens: int = 0  # of render(), always <= cap
     condensed: bool = False
-    full_text: str = ""  # artifact id of the uncut answer, when it was cut
+    full_text: str = ""  # artifact id of the whole answer (and refs), when it did not fit
 
     def render(self) -> str:
         refs = "\n".join(self.refs)
@@ -57,25 +58,27 @@ def capped(
 
     if (done := fits(draft)) is not None:
         return done
+    full = sink.put(
+        draft.text + ("\nrefs:\n" + "\n".join(draft.refs) if draft.refs else ""),
+        kind="text",
+        title=f"full answer of {draft.kind} {draft.name}",
+        source=f"task:{draft.task_id}",
+        trust=Trust.UNTRUSTED,
+    )
+    draft = draft.model_copy(update={"full_text": full.id})
+    # Refs are kept while they leave room for text; the rest are in the full text.
+    while draft.refs and tok.count(draft.model_copy(update={"text": ""}).render()) > draft.cap // 2:
+        draft = draft.model_copy(update={"refs": draft.refs[:-1]})
     overhead = tok.count(draft.model_copy(update={"text": ""}).render())
     room = max(0, draft.cap - overhead)
     if condense is not None:
         shorter = draft.model_copy(update={"text": condense(draft.text, room), "condensed": True})
         if shorter.text and (done := fits(shorter)) is not None:
             return done
-    full = sink.put(
-        draft.text,
-        kind="text",
-        title=f"full answer of {draft.kind} {draft.name}",
-        source=f"task:{draft.task_id}",
-        trust=Trust.UNTRUSTED,
-    )
     mark = "\n" + CUT_MARK.format(id=full.id)
     keep = room - tok.count(mark)
     while keep >= 0:
-        cut = draft.model_copy(
-            update={"text": tok.truncate(draft.text, keep) + mark, "full_text": full.id}
-        )
+        cut = draft.model_copy(update={"text": tok.truncate(draft.text, keep) + mark})
         if (done := fits(cut)) is not None:
             return done
         keep -= 8  # token boundaries shift a little where text is cut: trim until it fits

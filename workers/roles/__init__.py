@@ -4,12 +4,14 @@
 ``subagent`` runs as one, whatever its queue) and turns what can go wrong
 into a stated reason on the task: an effect that cannot be settled stops it
 as blocked; a request the provider refuses, a context over its ceiling, a
-budget spent or a missing input artifact fail it without retries (they would
-fail again); a provider that is unavailable fails the attempt, which is
-retried.
+budget spent, a missing input artifact or a stored record that does not
+validate fail it without retries (they would fail again); a provider that
+is unavailable fails the attempt, which is retried.
 """
 
 from __future__ import annotations
+
+import pydantic
 
 from shared_state import ArtifactNotFound, BudgetExceeded, Role
 
@@ -29,7 +31,7 @@ ROLES: dict[Role, type[AgentTask]] = {
 }
 # Errors a retry would meet again: the task fails at once, with the reason.
 FINAL = (ArtifactNotFound, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
-         ScenarioExhausted)  # fmt: skip
+         ScenarioExhausted, pydantic.ValidationError)  # fmt: skip
 
 
 def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared_state import (
     ArtifactRef,
+    BudgetExceeded,
     Child,
     EffectStatus,
     JournalEntry,
@@ -39,6 +40,13 @@ from ..task_run import TaskRun
 from ..tools import as_data, extract_fields, grep_artifact, read_lines, slim
 
 NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
+
+
+def of_kind(handles: Sequence[str], kind: str) -> list[str]:
+    """The artifact handles (``[artifact <id> <kind> ...]``) of one kind."""
+    return [h for h in handles if h.split(" ", 3)[2:3] == [kind]]
+
+
 ArtifactId = Annotated[str, Field(pattern=r"^a-[0-9a-f]{16}$", description="artifact id a-...")]
 
 
@@ -166,10 +174,9 @@ class Spawn:
         return f"{result}: {', '.join(ids)}"
 
     def check(self, entry: JournalEntry) -> bool | None:
-        task = self.agent.task
-        return bool(
-            self.agent.state.tasks.children(task.job_id, task.task_id, entry.detail["wave"])
-        )
+        task, tasks = self.agent.task, self.agent.state.tasks
+        spawned = {c.input for c in tasks.children(task.job_id, task.task_id, entry.detail["wave"])}
+        return all(c["input"] in spawned for c in entry.detail["children"])
 
 
 # -- the task -------------------------------------------------------------------------------
@@ -325,7 +332,10 @@ class AgentTask:
         ]
         budget = self.state.budget(self.task.job_id)
         reserved = self.tok.count_messages(messages) + tokens
-        budget.reserve(reserved)  # BudgetExceeded: the call is never sent
+        try:
+            budget.reserve(reserved)
+        except BudgetExceeded:
+            return ""  # not sent; cutting, the fallback, always fits
         used = 0
         try:
             reply = self.provider.complete(messages, [], max_tokens=tokens)
@@ -375,7 +385,8 @@ class AgentTask:
         summaries = self.results()
         if not summaries:
             return []
-        body = "\n\n".join(s.render() for s in summaries)
+        # Summaries are written by models that read untrusted inputs: data, not instructions.
+        body = "\n\n".join(as_data(s.task_id, Trust.UNTRUSTED, s.render()) for s in summaries)
         return [Message(role="user", content=f"Results of the tasks you dispatched:\n\n{body}")]
 
     def check_inputs(self, ids: Sequence[str]) -> list[str]:
@@ -451,7 +462,8 @@ class AgentTask:
             ),
             Tool.of(
                 "append_file",
-                "Append text to a file of the workspace (creates it if missing).",
+                "Append text to a file of the workspace (creates it if missing); the same "
+                "text appended twice in one stage is appended once.",
                 AppendArgs,
                 self._append_file,
                 phases=phases,
@@ -465,13 +477,10 @@ class AgentTask:
 
     def _write_file(self, a: WriteArgs) -> str:
         path = str(workspace_path(a.path))
-
-        def prepare() -> dict[str, Any]:
-            ref = self._store_file(path, a.content)
-            self.remember(ref)
-            return {"path": path, "artifact": ref.id, "bytes": ref.bytes}
-
-        return self.journal.perform("write_file", path, a.model_dump(), prepare)
+        ref = self._store_file(path, a.content)
+        self.remember(ref)  # also when the journal says it was written before a crash
+        detail = {"path": path, "artifact": ref.id, "bytes": ref.bytes}
+        return self.journal.perform("write_file", path, a.model_dump(), lambda: detail)
 
     def _append_file(self, a: AppendArgs) -> str:
         path = str(workspace_path(a.path))
@@ -480,10 +489,11 @@ class AgentTask:
             before = self.records.files().get(path, "")
             text = (self.artifacts.text(before) if before else "") + a.text
             ref = self._store_file(path, text)
-            self.remember(ref)
             return {"path": path, "before": before, "after": ref.id, "bytes": len(a.text.encode())}
 
-        return self.journal.perform("append_file", path, a.model_dump(), prepare)
+        result = self.journal.perform("append_file", path, a.model_dump(), prepare)
+        self.remember(self.artifacts.get(self.records.files()[path]))
+        return result
 
     def subagent_tool(self, phases: Sequence[str], resume_at: str) -> Tool:
         def spawn(a: SpawnArgs) -> str:

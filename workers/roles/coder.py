@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..agent import Tool
-from .base import AgentTask
+from .base import AgentTask, of_kind
 
 SYSTEM = """You are a coder in a redfleet job.
 Read your inputs with the reader tools (the feature list is one of them), then write the
@@ -31,6 +31,6 @@ class Coder(AgentTask):
         outcome = self.drive(SYSTEM, self.tools(), PHASE, self.results_message())
         if not outcome.ok:
             self.run.fail(f"coder {self.name}: {outcome.reason}", retryable=False)
-        elif not outcome.reason.startswith("handed off"):
-            files = [h for h in outcome.state.artifacts if " file " in h]
+        elif not outcome.ended_by:  # else it spawned subagents and waits for them
+            files = of_kind(outcome.state.artifacts, "file")
             self.finish(outcome.answer, refs=files)

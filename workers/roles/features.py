@@ -6,9 +6,10 @@ reviewer verdict that cites a passing run of the feature's check.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ToolRefused
+from ..sandbox import pytest_args
 
 
 class Feature(BaseModel):
@@ -23,6 +24,15 @@ class Feature(BaseModel):
     )
     passes: bool = False
     evidence: list[str] = Field(default_factory=list)  # artifact ids of passing check logs
+
+    @field_validator("check")
+    @classmethod
+    def _runnable(cls, check: str) -> str:
+        try:
+            pytest_args(check)
+        except ToolRefused as exc:
+            raise ValueError(str(exc)) from exc
+        return check
 
 
 class FeatureList(BaseModel):

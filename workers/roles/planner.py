@@ -140,7 +140,8 @@ class Planner(AgentTask):
         features = self.current().refs.get("features")
         if features is None:
             raise ToolRefused("write_features first: every coder gets the feature list")
-        extra = [self.current().refs["verdict"]] if tool == "dispatch_fixes" else []
+        verdict = self.current().refs.get("verdict")
+        extra = [verdict] if tool == "dispatch_fixes" and verdict else []
         children = [
             (
                 Role.CODER,
@@ -213,7 +214,7 @@ class Planner(AgentTask):
         outcome = self.drive(SYSTEM, self.tools(), phase, opening)
         if not outcome.ok:
             self.run.fail(f"planner: {outcome.reason}", retryable=False)
-        elif outcome.reason.startswith("handed off"):
+        elif outcome.ended_by:  # it dispatched tasks and waits for them
             return
         elif phase != "report":
             self.run.fail(

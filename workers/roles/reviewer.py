@@ -15,7 +15,7 @@ from shared_state import Trust
 from ..agent import Tool
 from ..errors import ToolRefused
 from ..sandbox import run_pytest
-from .base import AgentTask
+from .base import AgentTask, of_kind
 from .features import FeatureList, Verdict, VerdictList
 
 SYSTEM = """You are the reviewer of a redfleet job.
@@ -83,7 +83,11 @@ class Reviewer(AgentTask):
         lines = []
         for feature_id in a.feature_ids:
             feature = features.get(feature_id)
-            run = run_pytest(files, feature.check)
+            self.run.check()  # checks take a while: stop at once if the lease was lost
+            try:
+                run = run_pytest(files, feature.check)
+            except OSError as exc:  # e.g. both "a" and "a/b.py" in the workspace
+                raise ToolRefused(f"cannot lay out the workspace: {exc}") from exc
             log = self.artifacts.put(
                 run.log,
                 kind="log",
@@ -137,7 +141,7 @@ class Reviewer(AgentTask):
         if not outcome.ok:
             self.run.fail(f"reviewer: {outcome.reason}", retryable=False)
             return
-        if outcome.reason == "handed off by spawn_subagents":
+        if outcome.ended_by == "spawn_subagents":
             return
         verdict_id = outcome.state.refs.get("verdict")
         if verdict_id is None:
@@ -149,6 +153,6 @@ class Reviewer(AgentTask):
             + (f" ({v.note})" if v.note else "")
             for v in verdict.verdicts
         )
-        logs = [h for h in outcome.state.artifacts if " log " in h]
+        logs = of_kind(outcome.state.artifacts, "log")
         handle = self.artifacts.get(verdict_id).handle()
         self.finish(text, refs=[handle, *logs])

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from shared_state import Trust
 
 from ..agent import Tool
-from .base import AgentTask
+from .base import AgentTask, of_kind
 
 SYSTEM = """You are a subagent in a redfleet job, working for another task.
 Read the inputs your brief names with the reader tools, find what the brief asks for, and
@@ -56,5 +56,5 @@ class Subagent(AgentTask):
         if not outcome.ok:
             self.run.fail(f"subagent {self.name}: {outcome.reason}", retryable=False)
             return
-        notes = [h for h in outcome.state.artifacts if " note " in h]
+        notes = of_kind(outcome.state.artifacts, "note")
         self.finish(outcome.answer, refs=notes, condense=True)
