@@ -36,9 +36,27 @@ def test_it_replays_each_step_in_order_and_says_it_is_scripted() -> None:
         provider.complete(chat, [], max_tokens=100)
 
 
-def test_a_resumed_task_continues_at_its_recorded_step() -> None:
-    provider = ScriptedProvider(SCENARIO, "coder", start_step=1)
-    assert provider.complete([], [], max_tokens=10).text == "done"
+def test_ref_arguments_name_the_last_artifact_of_their_kind_in_the_prompt() -> None:
+    steps = [{"tool_calls": [{"name": "read", "arguments": {"id": "$ref:features", "n": 1}}]}]
+    scenario = Scenario.model_validate({"name": "r", "roles": {"coder": steps}})
+    context = (
+        "[artifact a-00000000000000aa features 10B trusted: old]\n"
+        "[artifact a-00000000000000bb file 10B untrusted: f.py]\n"
+        "[artifact a-00000000000000cc features 12B trusted: new]"
+    )
+    reply = ScriptedProvider(scenario, "coder").complete(
+        [Message(role="user", content=context)], [], max_tokens=50
+    )
+    assert reply.tool_calls[0].arguments == {"id": "a-00000000000000cc", "n": 1}
+
+
+def test_cached_tokens_are_the_prefix_sent_unchanged_on_the_previous_call() -> None:
+    provider = ScriptedProvider(SCENARIO, "coder")
+    head = [Message(role="system", content="rules " * 50), Message(role="user", content="go")]
+    first = provider.complete(head, [], max_tokens=100)
+    second = provider.complete([*head, Message(role="user", content="more")], [], max_tokens=100)
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens == tokenizer_for().count_messages(head)
 
 
 def test_an_unknown_script_key_is_named() -> None:

@@ -91,7 +91,7 @@ def _resolve(value: Any, sent: str) -> Any:
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, scenario: Scenario, key: str, *, start_step: int = 0) -> None:
+    def __init__(self, scenario: Scenario, key: str) -> None:
         if key not in scenario.roles:
             known = ", ".join(sorted(scenario.roles))
             raise ScenarioExhausted(
@@ -100,7 +100,7 @@ class ScriptedProvider:
         self.model = f"scripted:{scenario.name}"
         self.scenario = scenario
         self.key = key
-        self.step = start_step
+        self.step = 0
         self.tok = tokenizer_for()
         self._last: tuple[list[str], list[Message]] = ([], [])
 
