@@ -56,7 +56,7 @@ def test_malformed_tool_calls_go_back_to_the_model_then_fail_the_run_with_the_re
     assert not outcome.ok and outcome.steps == 4
     assert outcome.reason.startswith("the model made 4 invalid tool calls (limit 3)")
     errors = [m.content for m in outcome.history if m.role == "tool"]
-    assert errors[0].startswith("error: unknown tool 'mul'; available: add")
+    assert errors[0].startswith("error: no tool 'mul' in phase 'start'; available: add")
     assert "a: Input should be a valid integer" in errors[1]
     assert "b: Field required" in errors[2]
 
@@ -114,3 +114,20 @@ def test_the_run_stops_at_the_step_limit() -> None:
         SYSTEM, WorkingState(goal="g"), []
     )
     assert not outcome.ok and outcome.reason == "no answer within 3 steps"
+
+
+def test_a_tool_of_another_phase_is_refused_like_an_unknown_one() -> None:
+    later = Tool.of("publish", "Publish.", AddArgs, lambda args: "published", phases=["report"])
+    step = {"tool_calls": [{"name": "publish", "arguments": {"a": 1, "b": 1}}]}
+    provider = ScriptedProvider(scenario(step, {"text": "ok"}), "coder")
+    engine = ContextEngine(MemoryArtifacts())
+    outcome = AgentLoop(provider, engine, ToolBox([ADD, later]), ledger=CallLedger()).run(
+        SYSTEM, WorkingState(goal="g", phase="plan"), []
+    )
+    (refused,) = [m.content for m in outcome.history if m.role == "tool"]
+    assert refused == "error: no tool 'publish' in phase 'plan'; available: add"
+
+
+def test_two_tools_with_one_name_are_a_mistake_caught_at_once() -> None:
+    with pytest.raises(ValueError, match="given twice: add"):
+        ToolBox([ADD, ADD])

@@ -71,18 +71,23 @@ class Tool:
 class ToolBox:
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools = {t.spec.name: t for t in tools}
+        if len(self.tools) != len(tools):
+            names = [t.spec.name for t in tools]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"tool names must be unique; given twice: {', '.join(twice)}")
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec for t in self.tools.values()]
 
-    def call(self, call: ToolCall) -> tuple[str, bool]:
+    def call(self, call: ToolCall, phase: str = "") -> tuple[str, bool]:
         """The tool's result, or an error the model can act on; and whether it ran."""
         if call.invalid:
             return f"error: tool call {call.name!r} rejected: {call.invalid}", False
         tool = self.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(self.tools))
-            return f"error: unknown tool {call.name!r}; available: {known}", False
+        offered = [n for n, t in self.tools.items() if not t.spec.phases or phase in t.spec.phases]
+        if tool is None or call.name not in offered:
+            known = ", ".join(sorted(offered))
+            return f"error: no tool {call.name!r} in phase {phase!r}; available: {known}", False
         try:
             arguments = tool.arguments.model_validate(call.arguments)
         except pydantic.ValidationError as exc:
@@ -191,7 +196,7 @@ class AgentLoop:
                     # The run is over: later calls of the batch are not made.
                     result, ran = f"error: not run; {ended_by} ended this run", True
                 else:
-                    result, ran = self.tools.call(call)
+                    result, ran = self.tools.call(call, self.state.phase)
                     if ran and self.tools.ends_run(call.name):
                         ended_by = call.name
                 history.append(

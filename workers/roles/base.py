@@ -12,7 +12,7 @@ summaries as its first message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -396,7 +396,8 @@ class AgentTask:
 
     # -- tools every role can offer ------------------------------------------------------------
 
-    def reader_tools(self, phases: Sequence[str], names: Sequence[str]) -> list[Tool]:
+    def reader_tools(self, phases_of: Mapping[str, Sequence[str]]) -> list[Tool]:
+        """The named readers, each offered in the phases given for it."""
         tools = {
             "read_lines": Tool.of(
                 "read_lines",
@@ -405,38 +406,38 @@ class AgentTask:
                 lambda a: self._read(
                     a.id, lambda: read_lines(self.artifacts, a.id, a.start, a.end)
                 ),
-                phases=phases,
+                phases=phases_of.get("read_lines", ()),
             ),
             "grep_artifact": Tool.of(
                 "grep_artifact",
                 "Lines of an artifact matching a regular expression, numbered.",
                 Grep,
                 lambda a: self._read(a.id, lambda: grep_artifact(self.artifacts, a.id, a.pattern)),
-                phases=phases,
+                phases=phases_of.get("grep_artifact", ()),
             ),
             "extract_fields": Tool.of(
                 "extract_fields",
                 "Fields of a JSON artifact by dotted path (features.0.id).",
                 Fields,
                 lambda a: self._read(a.id, lambda: extract_fields(self.artifacts, a.id, a.fields)),
-                phases=phases,
+                phases=phases_of.get("extract_fields", ()),
             ),
             "slim": Tool.of(
                 "slim",
                 "A JSON artifact with only the given keys kept, at every depth.",
                 Slim,
                 lambda a: self._read(a.id, lambda: slim(self.artifacts, a.id, a.keep)),
-                phases=phases,
+                phases=phases_of.get("slim", ()),
             ),
             "list_workspace": Tool.of(
                 "list_workspace",
                 "The files the job's coders wrote: path and artifact handle.",
                 NoArgs,
                 lambda _: self._workspace(),
-                phases=phases,
+                phases=phases_of.get("list_workspace", ()),
             ),
         }
-        return [tools[n] for n in names]
+        return [tools[n] for n in phases_of]
 
     def _read(self, artifact_id: str, read: Callable[[], str]) -> str:
         ref = self.artifacts.get(artifact_id)

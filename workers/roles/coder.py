@@ -22,7 +22,9 @@ class Coder(AgentTask):
     def tools(self) -> list[Tool]:
         phases = [PHASE]
         return [
-            *self.reader_tools(phases, ["extract_fields", "read_lines", "list_workspace"]),
+            *self.reader_tools(
+                dict.fromkeys(["extract_fields", "read_lines", "list_workspace"], phases)
+            ),
             *self.file_tools(phases),
             self.subagent_tool(phases, resume_at="resume"),
         ]

@@ -87,7 +87,6 @@ class Planner(AgentTask):
                 ends_run=True,
             ),
             self.subagent_tool(plan, resume_at="plan-resume"),
-            *self.reader_tools(plan, ["read_lines", "grep_artifact"]),
             Tool.of(
                 "dispatch_reviewer",
                 "Start the reviewer on the workspace; this task resumes with its verdict.",
@@ -96,7 +95,6 @@ class Planner(AgentTask):
                 phases=review,
                 ends_run=True,
             ),
-            *self.reader_tools(review, ["list_workspace", "read_lines", "grep_artifact"]),
             Tool.of(
                 "dispatch_fixes",
                 f"Start coders to fix failing features (at most {MAX_ROUNDS} review rounds); "
@@ -106,7 +104,14 @@ class Planner(AgentTask):
                 phases=report,
                 ends_run=True,
             ),
-            *self.reader_tools(report, ["list_workspace", "read_lines", "extract_fields"]),
+            *self.reader_tools(
+                {
+                    "read_lines": plan + review + report,
+                    "grep_artifact": plan + review,
+                    "list_workspace": review + report,
+                    "extract_fields": report,
+                }
+            ),
         ]
 
     def feature_list(self) -> FeatureList:

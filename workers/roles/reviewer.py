@@ -48,7 +48,9 @@ class Reviewer(AgentTask):
     def tools(self) -> list[Tool]:
         phases = [PHASE]
         return [
-            *self.reader_tools(phases, ["list_workspace", "read_lines", "grep_artifact"]),
+            *self.reader_tools(
+                dict.fromkeys(["list_workspace", "read_lines", "grep_artifact"], phases)
+            ),
             Tool.of(
                 "run_checks",
                 "Run the acceptance checks of the given features (pytest on the workspace); "

@@ -30,7 +30,7 @@ class Subagent(AgentTask):
         phases = [PHASE]
         readers = ["read_lines", "grep_artifact", "extract_fields", "slim"]
         return [
-            *self.reader_tools(phases, readers),
+            *self.reader_tools(dict.fromkeys(readers, phases)),
             Tool.of(
                 "save_note",
                 "Store exact material as an artifact; returns its handle.",
