@@ -449,9 +449,11 @@ def demo(
     asks a subagent for edge cases); the reviewer materializes their files and
     really runs pytest on them. The model is the `scripted` provider: it
     replays the shipped `demo` scenario and no model is called (`redfleet up
-    --provider openai ...` runs a real one). Uses REDIS_URL, else the embedded
-    Redis, so `redfleet logs`, `artifacts` and `show` work afterwards. Exits 0
-    when the job succeeded, 1 otherwise; --json prints the final status.
+    --provider openai ...` runs a real one). It runs on an embedded Redis of
+    its own in $REDFLEET_HOME/demo (never REDIS_URL), which keeps running so
+    that `redfleet logs`, `artifacts` and `show` can look at the job; it
+    prints the REDIS_URL for that. Exits 0 when the job succeeded, 1
+    otherwise; --json prints the final status.
     """
     settings = Settings()
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
