@@ -9,6 +9,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def _send(handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]) -> None:
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class Loopback:
     """Serve queued (status, body, headers) answers on 127.0.0.1 and a free port."""
 
@@ -27,15 +38,7 @@ class Loopback:
                         "json": json.loads(self.rfile.read(length) or b"null"),
                     }
                 )
-                status, body, headers = loopback.answers.popleft()
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                _send(self, *loopback.answers.popleft())
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -131,13 +134,7 @@ class ScriptedOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 status, body = answer(json.loads(self.rfile.read(length)))
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("retry-after", "0")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                _send(self, status, body, {"retry-after": "0"})
 
             def log_message(self, *args: object) -> None:
                 pass

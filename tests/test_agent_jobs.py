@@ -27,30 +27,37 @@ def finished(state: State, job_id: str, timeout: float = 90):
     )
 
 
-def _assert_small(state: State, pattern: str) -> int:
-    """Every field of every hash matching ``pattern`` is at most 2 KiB; how many hashes."""
-    hashes = [k for k in state.client.scan_iter(pattern) if state.client.type(k) == b"hash"]
+def _assert_small(state: State, pattern: str) -> set[bytes]:
+    """Every field of every hash matching ``pattern`` is at most 2 KiB; the keys looked at."""
+    hashes = {k for k in state.client.scan_iter(pattern) if state.client.type(k) == b"hash"}
     for key in hashes:
         sizes = {f.decode(): len(v) for f, v in state.client.hgetall(key).items()}
         assert max(sizes.values()) <= SIZE_LIMIT, (key, sizes)
-    return len(hashes)
+    return hashes
+
+
+def _assert_wave_small(state: State, role: Role, count: int) -> None:
+    """The ``count`` envelopes waiting in ``role``'s queue are among the small hashes."""
+    waiting = {b"rq:job:" + i for i in state.delivery.waiting_ids({role})}
+    assert len(waiting) == count
+    assert waiting <= _assert_small(state, "rq:job:*")
 
 
 def test_envelopes_and_task_records_carry_no_payload_over_2_kib(state: State, start_fleet) -> None:
     # Envelopes are deleted once run: look at each wave while it waits in its queue,
     # by starting each role's workers only once the previous wave is queued.
     job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
-    assert _assert_small(state, "rq:job:*") == 1  # the planner's
+    _assert_wave_small(state, Role.PLANNER, 1)
     depth = state.delivery.depths
     start_fleet(planners=1, coders=0, reviewers=0, lease_ms=5_000)
     wait_for(lambda: depth()["coder"] == 2, what="the coder envelopes")
-    assert _assert_small(state, "rq:job:*") == 2
+    _assert_wave_small(state, Role.CODER, 2)
     start_fleet(planners=0, coders=2, reviewers=0, lease_ms=5_000)
     wait_for(lambda: depth()["reviewer"] == 1, what="the reviewer envelope")
-    assert _assert_small(state, "rq:job:*") == 1
+    _assert_wave_small(state, Role.REVIEWER, 1)
     start_fleet(planners=0, coders=0, reviewers=1, lease_ms=5_000)
     assert finished(state, job.job_id).status == "succeeded"
-    assert _assert_small(state, keys.task(job.job_id, "*")) == 5
+    assert len(_assert_small(state, keys.task(job.job_id, "*"))) == 5
     # The payloads went into artifacts, which the records name by id.
     store = state.artifacts(job.job_id)
     assert store.get(state.jobs.get(job.job_id).result).kind == "report"

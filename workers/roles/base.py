@@ -292,6 +292,24 @@ class AgentTask:
     def current(self) -> WorkingState:
         return self.loop.state if self.loop and self.loop.state else self.working
 
+    def store(
+        self,
+        content: str,
+        *,
+        kind: str,
+        title: str,
+        trust: Trust = Trust.UNTRUSTED,
+        source: str = "",
+    ) -> ArtifactRef:
+        """Store an artifact this task made (its source: this task, unless named)."""
+        return self.artifacts.put(
+            content,
+            kind=kind,
+            title=title,
+            source=source or f"task:{self.task.task_id}",
+            trust=trust,
+        )
+
     def write_files(self, files: dict[str, str]) -> None:
         self.run.check()
         self.records.write(self.run.claim, files=files)
@@ -310,12 +328,10 @@ class AgentTask:
             sink=self.artifacts,
             condense=self._condense if condense else None,
         )
-        ref = self.artifacts.put(
+        ref = self.store(
             summary.model_dump_json(indent=1),
             kind="summary",
             title=f"{kind} {self.name}: {summary.tokens} of {cap} tokens",
-            source=f"task:{self.task.task_id}",
-            trust=Trust.UNTRUSTED,
         )
         self.run.complete(ref.id)
         return summary
@@ -362,11 +378,10 @@ class AgentTask:
         def prepare() -> dict[str, Any]:
             specs = []
             for role, spec in children:
-                ref = self.artifacts.put(
+                ref = self.store(
                     spec.model_dump_json(),
                     kind="task-input",
                     title=f"{spec.kind} {spec.name}",
-                    source=f"task:{self.task.task_id}",
                     trust=Trust.TRUSTED,
                 )
                 specs.append({"role": role.value, "brief": spec.brief[:200], "input": ref.id})
@@ -397,56 +412,53 @@ class AgentTask:
     # -- tools every role can offer ------------------------------------------------------------
 
     def reader_tools(self, phases_of: Mapping[str, Sequence[str]]) -> list[Tool]:
-        """The named readers, each offered in the phases given for it."""
-        tools = {
-            "read_lines": Tool.of(
-                "read_lines",
+        """The named readers (and ``list_workspace``), each offered in the phases given for it."""
+        store = self.artifacts
+        readers: dict[str, tuple[str, type[BaseModel], Callable[[Any], str]]] = {
+            "read_lines": (
                 "Read numbered lines start..end (1-based, inclusive) of an artifact.",
                 ReadLines,
-                lambda a: self._read(
-                    a.id, lambda: read_lines(self.artifacts, a.id, a.start, a.end)
-                ),
-                phases=phases_of.get("read_lines", ()),
+                lambda a: read_lines(store, a.id, a.start, a.end),
             ),
-            "grep_artifact": Tool.of(
-                "grep_artifact",
+            "grep_artifact": (
                 "Lines of an artifact matching a regular expression, numbered.",
                 Grep,
-                lambda a: self._read(a.id, lambda: grep_artifact(self.artifacts, a.id, a.pattern)),
-                phases=phases_of.get("grep_artifact", ()),
+                lambda a: grep_artifact(store, a.id, a.pattern),
             ),
-            "extract_fields": Tool.of(
-                "extract_fields",
+            "extract_fields": (
                 "Fields of a JSON artifact by dotted path (features.0.id).",
                 Fields,
-                lambda a: self._read(a.id, lambda: extract_fields(self.artifacts, a.id, a.fields)),
-                phases=phases_of.get("extract_fields", ()),
+                lambda a: extract_fields(store, a.id, a.fields),
             ),
-            "slim": Tool.of(
-                "slim",
+            "slim": (
                 "A JSON artifact with only the given keys kept, at every depth.",
                 Slim,
-                lambda a: self._read(a.id, lambda: slim(self.artifacts, a.id, a.keep)),
-                phases=phases_of.get("slim", ()),
-            ),
-            "list_workspace": Tool.of(
-                "list_workspace",
-                "The files the job's coders wrote: path and artifact handle.",
-                NoArgs,
-                lambda _: self._workspace(),
-                phases=phases_of.get("list_workspace", ()),
+                lambda a: slim(store, a.id, a.keep),
             ),
         }
-        return [tools[n] for n in phases_of]
+        tools = []
+        for name, phases in phases_of.items():
+            if name == "list_workspace":
+                description = "The files the job's coders wrote: path and artifact handle."
+                tools.append(Tool.of(name, description, NoArgs, self._workspace, phases=phases))
+                continue
+            description, arguments, read = readers[name]
+            tools.append(Tool.of(name, description, arguments, self._reader(read), phases=phases))
+        return tools
 
-    def _read(self, artifact_id: str, read: Callable[[], str]) -> str:
-        ref = self.artifacts.get(artifact_id)
-        try:
-            return as_data(artifact_id, ref.trust, read())
-        except ValueError as exc:
-            raise ToolRefused(str(exc)) from exc
+    def _reader(self, read: Callable[[Any], str]) -> Callable[[Any], str]:
+        """A reader as a tool: untrusted text labelled as data, bad input told to the model."""
 
-    def _workspace(self) -> str:
+        def run(a: Any) -> str:
+            ref = self.artifacts.get(a.id)
+            try:
+                return as_data(a.id, ref.trust, read(a))
+            except ValueError as exc:
+                raise ToolRefused(str(exc)) from exc
+
+        return run
+
+    def _workspace(self, _: NoArgs) -> str:
         files = self.records.files()
         if not files:
             return "the workspace is empty"
@@ -471,14 +483,9 @@ class AgentTask:
             ),
         ]
 
-    def _store_file(self, path: str, text: str) -> ArtifactRef:
-        return self.artifacts.put(
-            text, kind="file", title=path, source=f"task:{self.task.task_id}", trust=Trust.UNTRUSTED
-        )
-
     def _write_file(self, a: WriteArgs) -> str:
         path = str(workspace_path(a.path))
-        ref = self._store_file(path, a.content)
+        ref = self.store(a.content, kind="file", title=path)
         self.remember(ref)  # also when the journal says it was written before a crash
         detail = {"path": path, "artifact": ref.id, "bytes": ref.bytes}
         return self.journal.perform("write_file", path, a.model_dump(), lambda: detail)
@@ -489,7 +496,7 @@ class AgentTask:
         def prepare() -> dict[str, Any]:
             before = self.records.files().get(path, "")
             text = (self.artifacts.text(before) if before else "") + a.text
-            ref = self._store_file(path, text)
+            ref = self.store(text, kind="file", title=path)
             return {"path": path, "before": before, "after": ref.id, "bytes": len(a.text.encode())}
 
         result = self.journal.perform("append_file", path, a.model_dump(), prepare)

@@ -131,11 +131,10 @@ class Planner(AgentTask):
         return f"feature list stored: {ref.handle()}"
 
     def _store(self, features: FeatureList) -> ArtifactRef:
-        ref = self.artifacts.put(
+        ref = self.store(
             features.model_dump_json(indent=1),
             kind="features",
             title=f"feature list: {len(features.failing())} of {len(features.features)} open",
-            source=f"task:{self.task.task_id}",
             trust=Trust.TRUSTED,
         )
         self.remember(ref, "features")
@@ -196,12 +195,11 @@ class Planner(AgentTask):
             + (f" (evidence {', '.join(f.evidence)})" if f.evidence else "")
             for f in marked.features
         ]
-        ref = self.artifacts.put(
+        ref = self.store(
             marked.model_dump_json(indent=1),
             kind="features",
             title=f"feature list after review round {round_}: "
             f"{len(marked.failing())} of {len(marked.features)} open",
-            source=f"task:{self.task.task_id}",
             trust=Trust.TRUSTED,
         )
         self.working = (
@@ -241,12 +239,11 @@ class Planner(AgentTask):
             "report": answer,
         }
         failing = features.failing()
-        ref = self.artifacts.put(
+        ref = self.store(
             json.dumps(report, indent=1),
             kind="report",
             title=f"final report: {len(features.features) - len(failing)} of "
             f"{len(features.features)} features pass",
-            source=f"task:{self.task.task_id}",
             trust=Trust.TRUSTED,
         )
         if failing:

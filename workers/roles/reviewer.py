@@ -90,12 +90,11 @@ class Reviewer(AgentTask):
                 run = run_pytest(files, feature.check)
             except OSError as exc:  # e.g. both "a" and "a/b.py" in the workspace
                 raise ToolRefused(f"cannot lay out the workspace: {exc}") from exc
-            log = self.artifacts.put(
+            log = self.store(
                 run.log,
                 kind="log",
                 title=f"pytest {feature.check}: exit {run.exit_code}",
                 source="reviewer:pytest",
-                trust=Trust.UNTRUSTED,
             )
             self.remember(log, f"check {feature_id}")
             self.track(f"exit {feature_id}", run.exit_code)
@@ -128,11 +127,10 @@ class Reviewer(AgentTask):
                     note=v.note,
                 )
             )
-        ref = self.artifacts.put(
+        ref = self.store(
             VerdictList(verdicts=verdicts).model_dump_json(indent=1),
             kind="verdict",
             title=f"verdict: {sum(v.passes for v in verdicts)} of {len(verdicts)} pass",
-            source=f"task:{self.task.task_id}",
             trust=Trust.TRUSTED,
         )
         self.remember(ref, "verdict")

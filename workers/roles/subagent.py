@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from shared_state import Trust
-
 from ..agent import Tool
 from .base import AgentTask, of_kind
 
@@ -41,12 +39,10 @@ class Subagent(AgentTask):
         ]
 
     def _save_note(self, a: NoteArgs) -> str:
-        ref = self.artifacts.put(
+        ref = self.store(
             a.content,
             kind="note",
             title=a.title,
-            source=f"task:{self.task.task_id}",
-            trust=Trust.UNTRUSTED,
         )
         self.remember(ref)
         return f"saved {ref.handle()}"
