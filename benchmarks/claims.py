@@ -12,8 +12,8 @@ machine's own Redis), stopped at the end. Measured:
    claim+complete cycles (= N) and claim attempts (= P x N) per second of wall
    time, from a shared start barrier to the last process done.
    ``lua_vs_watch`` = Lua cycles/s / WATCH cycles/s (goal >= 3).
-2. Ceiling. P processes call EVALSHA of ``return 1`` in a loop; P processes
-   claim fresh tasks once each (a disjoint share per process) with
+2. Ceiling. P processes call EVALSHA of ``return 1`` C times each; P
+   processes claim C fresh tasks each (a disjoint share per process) with
    ``State.tasks.claim``. ``claims_vs_evalsha`` = claims/s / EVALSHA calls/s
    (goal >= 0.5).
 3. End to end. A ``Fleet`` of W worker processes runs K noop jobs (fanout 3:
@@ -27,7 +27,12 @@ machine's own Redis), stopped at the end. Measured:
 For each phase the Redis command count and server CPU are recorded (and, end
 to end, the workers' CPU from /proc) to show where the time goes per task.
 
-Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--tasks N] [--procs P]
+Every phase runs ``--repeat`` times (default 3), in order; each ratio is taken
+within a run, side by side, and the medians over the runs are reported (the
+JSON keeps every run). On a small shared machine a single run can swing a
+ratio by a fifth.
+
+Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--repeat R] [--procs P]
 
 Goals are reported, never enforced: the exit code does not depend on them.
 """
@@ -41,6 +46,7 @@ import os
 import queue as queue_mod
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -385,7 +391,7 @@ def bench_ceiling(state: State, url: str, args: argparse.Namespace) -> dict[str,
     probe = Probe(state.client).start()
     evalsha = _race(_evalsha, [(url, sha, args.calls)] * args.procs)
     evalsha["redis"] = probe.stop()
-    job_id, ids = fresh_tasks(state, args.tasks)
+    job_id, ids = fresh_tasks(state, args.calls * args.procs)  # as many calls as EVALSHA's
     probe = Probe(state.client).start()
     claims = _race(_claim_only, [(url, job_id, ids[i :: args.procs]) for i in range(args.procs)])
     claims["redis"] = probe.stop()
@@ -536,7 +542,8 @@ def _per(doc: dict[str, Any], n: int) -> dict[str, float]:
     return {k: round(v, 3) for k, v in per.items()}
 
 
-def summarize(res: dict[str, Any], params: dict[str, Any], version: str) -> dict[str, Any]:
+def summarize_run(res: dict[str, Any]) -> dict[str, Any]:
+    """One run's rates and ratios, each ratio from measurements taken side by side."""
     lua, watch = res["contention"]["lua"], res["contention"]["watch"]
     evalsha, claim = res["ceiling"]["evalsha"], res["ceiling"]["claim"]
     fleet, rq = res["fleet"], res["rq"]
@@ -569,17 +576,36 @@ def summarize(res: dict[str, Any], params: dict[str, Any], version: str) -> dict
         "claims_vs_evalsha": ratio("claims_per_s", "evalsha_calls_per_s"),
         "fleet_vs_rq": ratio("fleet_tasks_per_s", "rq_jobs_per_s"),
         "rates": rates,
-        "params": params,
-        "redis_version": version,
-        "goals": GOALS,
         "per_unit": per_unit,
         "raw": res,
     }
 
 
+def summarize(runs: list[dict[str, Any]], params: dict[str, Any], version: str) -> dict[str, Any]:
+    """The medians over the runs: of each ratio, each rate and each per-unit figure."""
+
+    def median_of(pick: Callable[[dict[str, Any]], float]) -> float:
+        return round(statistics.median(pick(r) for r in runs), 3)
+
+    first = runs[0]
+    return {
+        **{name: median_of(lambda r, n=name: r[n]) for name in GOALS},
+        "rates": {k: median_of(lambda r, k=k: r["rates"][k]) for k in first["rates"]},
+        "per_unit": {
+            unit: {k: median_of(lambda r, u=unit, k=k: r["per_unit"][u][k]) for k in fields}
+            for unit, fields in first["per_unit"].items()
+        },
+        "params": params,
+        "redis_version": version,
+        "goals": GOALS,
+        "runs": runs,
+    }
+
+
 def print_table(doc: dict[str, Any], console: Console) -> None:
     r, p = doc["rates"], doc["params"]
-    table = Table(title=f"redfleet claims benchmark (redis {doc['redis_version']})")
+    runs = f"median of {p['repeat']} run(s)"
+    table = Table(title=f"redfleet claims benchmark (redis {doc['redis_version']}, {runs})")
     for col in ("measurement", "ops/s", "detail"):
         table.add_column(col, justify="right" if col == "ops/s" else "left")
     procs, w = p["procs"], p["workers"]
@@ -589,9 +615,10 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         (f"WATCH/MULTI claim+complete, {procs} procs", "watch_cycles_per_s",
          f"{r['watch_attempts_per_s']:,.0f} attempts/s, {r['watch_retries']} retries"),
         (f"EVALSHA 'return 1', {procs} procs", "evalsha_calls_per_s", f"{p['calls']} calls/proc"),
-        (f"Lua claim only, {procs} procs", "claims_per_s", f"{p['tasks']} tasks, each once"),
+        (f"Lua claim only, {procs} procs", "claims_per_s",
+         f"{p['calls']} tasks/proc, each claimed once"),
         (f"fleet noop tasks, {w} workers", "fleet_tasks_per_s",
-         f"{p['jobs']} jobs = {doc['raw']['fleet']['tasks']} task executions"),
+         f"{p['jobs']} jobs = {doc['runs'][0]['raw']['fleet']['tasks']} task executions"),
         (f"plain RQ no-op jobs, {w} workers", "rq_jobs_per_s", "SimpleWorker, one queue"),
     ]  # fmt: skip
     for name, key, detail in rows:
@@ -600,7 +627,8 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     for name, goal in doc["goals"].items():
         value = doc[name]
         verdict = "[green]PASS[/]" if value >= goal else "[red]MISS[/]"
-        table.add_row(name, f"{value:.2f}", f"goal >= {goal}  {verdict}")
+        each = " ".join(f"{run[name]:.2f}" for run in doc["runs"])
+        table.add_row(name, f"{value:.2f}", f"goal >= {goal}  {verdict}  runs: {each}")
     console.print(table)
     per = Table(title="per unit (Redis commands, Redis CPU ms, worker CPU ms)")
     for col in ("unit", "redis cmds", "redis cpu ms", "worker cpu ms"):
@@ -622,7 +650,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a small run (smoke test)")
     parser.add_argument("--tasks", type=int, help="tasks per contention run (default 2000)")
     parser.add_argument("--procs", type=int, default=8, help="racing processes (default 8)")
-    parser.add_argument("--calls", type=int, help="EVALSHA calls per process (default 5000)")
+    parser.add_argument(
+        "--calls", type=int, help="EVALSHA calls, and claims, per process (default 1000)"
+    )
     parser.add_argument("--jobs", type=int, help="fleet jobs (default 40)")
     parser.add_argument("--fanout", type=int, default=3, help="coders per fleet job")
     parser.add_argument(
@@ -632,14 +662,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="task order of the racing processes (default: same, the most contention)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the shuffled orders")
+    parser.add_argument(
+        "--repeat", type=int, help="runs of every phase; medians are reported (default 3)"
+    )
     parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    defaults = (300, 1000, 10) if args.quick else (2000, 5000, 40)
-    for name, default in zip(("tasks", "calls", "jobs"), defaults, strict=True):
+    defaults = (300, 250, 10, 1) if args.quick else (2000, 1000, 40, 3)
+    for name, default in zip(("tasks", "calls", "jobs", "repeat"), defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)
     return args
+
+
+def run_once(
+    state: State, url: str, args: argparse.Namespace, console: Console, run: int
+) -> dict[str, Any]:
+    """Every phase once, in order; the ratios of one run compare phases minutes apart at most."""
+    res: dict[str, Any] = {}
+    with console.status(f"run {run}/{args.repeat}: contention, Lua vs WATCH/MULTI"):
+        res["contention"] = bench_contention(state, url, args)
+    with console.status(f"run {run}/{args.repeat}: ceiling, EVALSHA and single claims"):
+        res["ceiling"] = bench_ceiling(state, url, args)
+    with console.status(f"run {run}/{args.repeat}: end to end, fleet"):
+        res["fleet"] = bench_fleet(state, url, args)
+    with console.status(f"run {run}/{args.repeat}: end to end, plain RQ"):
+        res["rq"] = bench_rq(state, url, args, res["fleet"]["tasks"])
+    state.client.flushdb()
+    return res
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -650,24 +700,18 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by fleet workers
     logs.configure(os.environ["REDFLEET_LOG_LEVEL"])
     console = Console(stderr=args.json)
+    runs = []
     with RedisServer() as server:
         state = State.connect(server.url)
         version = state.client.info("server")["redis_version"]
-        res: dict[str, Any] = {}
-        with console.status("contention: Lua vs WATCH/MULTI"):
-            res["contention"] = bench_contention(state, server.url, args)
-        with console.status("ceiling: EVALSHA and single claims"):
-            res["ceiling"] = bench_ceiling(state, server.url, args)
-        with console.status("end to end: fleet"):
-            res["fleet"] = bench_fleet(state, server.url, args)
-        with console.status("end to end: plain RQ"):
-            res["rq"] = bench_rq(state, server.url, args, res["fleet"]["tasks"])
+        for i in range(1, args.repeat + 1):
+            runs.append(summarize_run(run_once(state, server.url, args, console, i)))
         state.client.close()
     params = {k: v for k, v in vars(args).items() if k not in ("json", "rq_worker", "url")}
     params["workers"] = len(FLEET.roles())
     params["fleet"] = {"planners": FLEET.planners, "coders": FLEET.coders,
                        "reviewers": FLEET.reviewers, "lease_ms": FLEET.lease_ms}  # fmt: skip
-    doc = summarize(res, params, version)
+    doc = summarize(runs, params, version)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:

@@ -4,9 +4,10 @@ Lua scripts append to the job stream atomically with the state change they
 make, so a job's stream is authoritative. The global stream (``rf:events``)
 is a mirror for ``redfleet logs`` across jobs; Cluster-safety forbids a script
 to touch it together with a job's keys, so the events a script returns are
-queued here and written in batches: in the same round trip as the caller's
-next write once ``MIRROR_BATCH`` entries are queued, and at every worker
-heartbeat (at most a second apart), reaper tick and close. The mirror thus
+queued here and written in batches, one ``mirrorEvents`` script call each: in
+the same round trip as the caller's next write once ``MIRROR_BATCH`` entries
+are queued, and at every worker heartbeat (at most a second apart), reaper
+tick and close. The mirror thus
 lags by up to a second, and a worker killed with SIGKILL may miss its last
 entries there — never in the job stream.
 """
@@ -21,6 +22,7 @@ import redis
 
 from . import keys
 from .models import Event
+from .scripts import SCRIPTS
 
 DEFAULT_JOB_MAXLEN = 10_000
 DEFAULT_GLOBAL_MAXLEN = 100_000
@@ -72,8 +74,15 @@ class EventLog:
         return pending
 
     def queue_mirror(self, pipe: redis.client.Pipeline, pending: list[dict[str, str]]) -> None:
+        """Queue one command that appends ``pending`` to the global stream, in order."""
+        args: list[str | int] = [self._global_maxlen]
         for fields in pending:
-            pipe.xadd(keys.EVENTS, fields, maxlen=self._global_maxlen, approximate=True)
+            args.append(2 * len(fields))
+            for item in fields.items():
+                args.extend(item)
+        # EVAL with the source, not EVALSHA: the server caches it all the same, and
+        # a mirror queued behind another command needs no reload-and-retry path.
+        pipe.eval(SCRIPTS["mirrorEvents"].source, 1, keys.EVENTS, *args)
 
     def flush(self) -> None:
         """Write the queued mirror entries now (heartbeats and shutdown call this)."""

@@ -45,7 +45,11 @@ class Completion:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A successful claim: the task and its job as they were, and the claim to write with."""
+    """A successful claim: the task as claimed, its job, and the claim to write with.
+
+    ``job`` is the job as this store first saw it (see ``TaskStore.claim``):
+    its spec is exact, its status may have moved on since.
+    """
 
     task: Task
     job: Job
@@ -69,21 +73,34 @@ def _task_from(fields: dict[str, Any]) -> Task:
 
 
 class TaskStore:
+    # Jobs whose spec this store has seen; a worker claims many tasks of few jobs.
+    JOBS_KEPT = 256
+
     def __init__(self, runner: Runner, delivery: Delivery) -> None:
         self.runner = runner
         self.client = runner.client
         self.delivery = delivery
+        self._jobs: dict[str, Job] = {}
 
     # -- the owner's writes -------------------------------------------------------
 
     def claim(self, job_id: str, task_id: str, worker: str, lease_ms: int) -> Claimed | None:
-        """Claim a task; None when it is not claimable (a duplicate delivery, a finished job)."""
-        res = self.runner.run("claimTask", job_id, _task_keys(job_id, task_id), [worker, lease_ms])
+        """Claim a task; None when it is not claimable (a duplicate delivery, a finished job).
+
+        The job's fields come back only with the first claim of a job: its spec
+        does not change, so the store keeps it rather than have every claim
+        read and ship the whole job hash.
+        """
+        job = self._jobs.get(job_id)
+        args = [worker, lease_ms, "" if job else "1"]
+        res = self.runner.run("claimTask", job_id, _task_keys(job_id, task_id), args)
         if res.code == Code.NOT_FOUND:
             raise TaskNotFound(task_id)
         if res.code in (Code.NOT_CLAIMABLE, Code.JOB_FINISHED):
             return None
         task = _task_from(res.data["task"])
+        if job is None:
+            job = self._keep_job(Job.model_validate(res.data["job"]))
         claim = Claim(
             task_id=task_id,
             job_id=job_id,
@@ -92,7 +109,13 @@ class TaskStore:
             token=task.token,
             lease_until=task.lease_until,
         )
-        return Claimed(task=task, job=Job.model_validate(res.data["job"]), claim=claim)
+        return Claimed(task=task, job=job, claim=claim)
+
+    def _keep_job(self, job: Job) -> Job:
+        if len(self._jobs) >= self.JOBS_KEPT:
+            del self._jobs[next(iter(self._jobs))]  # the first seen goes first
+        self._jobs[job.job_id] = job
+        return job
 
     def renew(self, claim: Claim, lease_ms: int) -> int:
         """Extend the lease; returns the new deadline (ms, Redis time)."""
@@ -114,7 +137,7 @@ class TaskStore:
             [claim.token, claim.owner, result],
         )
         self._check(res, claim)
-        done = Completion(res.data["parent_requeued"], res.data["job_finished"])
+        done = Completion(res.data["parent_requeued"], res.data["job_finished"] == 1)
         if done.parent_requeued:
             parent_role = Role(res.data["parent_role"])
             self.delivery.send([Envelope(claim.job_id, done.parent_requeued, parent_role)])

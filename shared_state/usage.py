@@ -49,7 +49,7 @@ class JobUsage:
     ) -> Usage:
         args = [input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6), int(compaction)]
         res = self.runner.run("recordUsage", self.job_id, [self.key], args)
-        return Usage.from_hash({k: str(v) for k, v in res.data.items()})
+        return Usage.from_hash(res.data["usage"])
 
     def get(self) -> Usage:
         raw = self.runner.client.hgetall(self.key)

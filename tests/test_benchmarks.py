@@ -26,5 +26,7 @@ def test_claims_benchmark_quick_run_reports_the_ratios_beside_the_raw_rates() ->
         assert rates[rate] > 0
     assert rates["claims_per_s"] > 0 and rates["fleet_tasks_per_s"] > 0
     assert rates["rq_jobs_per_s"] > 0
-    assert doc["raw"]["fleet"]["failed_jobs"] == 0
-    assert doc["raw"]["fleet"]["fenced_events"] == 0
+    (run,) = doc["runs"]  # --quick: one run
+    assert run["raw"]["fleet"]["failed_jobs"] == 0
+    assert run["raw"]["fleet"]["fenced_events"] == 0
+    assert run["raw"]["ceiling"]["claim"]["won"] == run["raw"]["ceiling"]["evalsha"]["won"]

@@ -23,11 +23,11 @@
 --- @include "common"
 
 local jobKey, stream = KEYS[1], KEYS[2]
-local status = redis.call('HGET', jobKey, 'status')
-if not status then return reply(-1) end
-if isTerminalJob(status) then return reply(-4, {job_status = status}) end
+local job = readJob(jobKey)
+if not job.status then return reply(-1) end
+if isTerminalJob(job.status) then return reply(-4, {job_status = job.status}) end
 redis.call('HSET', jobKey, 'status', 'cancelled', 'reason', ARGV[1], 'finished_ms', nowMs())
-emit(stream, jobMaxlen(jobKey), {'event', 'job.cancelled', 'job_id',
+emit(stream, job.maxlen, {'event', 'job.cancelled', 'job_id',
   redis.call('HGET', jobKey, 'job_id'), 'reason', ARGV[1]})
-expireJob(jobKey, stream, KEYS[3], KEYS[4], KEYS[5])
+expireJob(job, jobKey, stream, KEYS[3], KEYS[4], KEYS[5])
 return reply(1)

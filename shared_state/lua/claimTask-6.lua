@@ -17,13 +17,16 @@
 
   ARGV[1] worker id
   ARGV[2] lease length in ms
+  ARGV[3] '1' to have the job's fields in the reply (a caller that has not
+          seen the job yet), else ''
 
   Returns {code, data, events}
-     1  claimed; data = {task = the task's fields after the claim,
-                         job = the job's fields}
+     1  claimed; data = task (the task's hash after the claim), and job
+        (the job's hash) when asked for
     -1  no such task
     -2  not claimable; data = status, owner, lease_until
-    -4  the job has finished; the task is marked cancelled
+    -4  the job has finished; the task (queued, waiting, or claimed with an
+        expired lease or by this worker) is marked cancelled
 
   Events: task.claimed; on takeover also task.requeued or task.dead/job.failed.
 ]]
@@ -31,54 +34,62 @@
 --- @include "failAttempt"
 
 local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local worker, leaseMs = ARGV[1], tonumber(ARGV[2])
+local worker, leaseMs, withJob = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 
--- Read everything once: the reply is built from these maps, not read again.
-local task = hashToMap(redis.call('HGETALL', taskKey))
-local status, taskId = task['status'], task['task_id']
+-- Only what the decision needs is read first: most refused claims (duplicate
+-- deliveries, racing workers) end after one small read and TIME.
+local function row()
+  return redis.call('HMGET', taskKey, 'status', 'owner', 'lease_until', 'task_id', 'token',
+    'attempt')
+end
+
+local function claimed()
+  local job = withJob and redis.call('HGETALL', jobKey) or nil
+  return reply(1, {task = redis.call('HGETALL', taskKey), job = job})
+end
+
+local t = row()
+local status, owner, taskId = t[1], t[2], t[4]
 if not status then return reply(-1) end
+if status ~= 'queued' and status ~= 'claimed' and status ~= 'waiting' then
+  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
+end
+
 local now = nowMs()
-
-local jobStatus = redis.call('HGET', jobKey, 'status')
-if isTerminalJob(jobStatus) then
-  if status == 'queued' or status == 'claimed' or status == 'waiting' then
-    cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
-  end
-  return reply(-4, {job_status = jobStatus})
+local leaseLeft = tonumber(t[3]) - now
+if status == 'claimed' and leaseLeft > 0 and owner ~= worker then
+  -- Another worker's live claim; should the job have finished, that worker's
+  -- next write finds out and ends the task.
+  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
 end
 
-local leaseLeft = tonumber(task['lease_until']) - now
-if status == 'claimed' and task['owner'] == worker and leaseLeft > 0 then
-  return reply(1, {task = task, job = hashToMap(redis.call('HGETALL', jobKey))})
+local job = readJob(jobKey)
+if isTerminalJob(job.status) then
+  cancelTask(taskKey, job, leasesKey, queuedKey, taskId, now)
+  return reply(-4, {job_status = job.status})
+end
+if status == 'waiting' then
+  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
 end
 
-if status == 'claimed' and leaseLeft <= 0 then
-  local outcome = failAttempt('lease expired (owner ' .. task['owner'] .. ')', now, false)
+if status == 'claimed' then
+  if leaseLeft > 0 then return claimed() end -- the owner's own claim, re-sent
+  local outcome = failAttempt('lease expired (owner ' .. owner .. ')', now, false, job)
   if outcome ~= 'requeued' then
     return reply(-2, {status = outcome, owner = '', lease_until = 0})
   end
-  task = hashToMap(redis.call('HGETALL', taskKey))
-  status = 'queued'
-end
-
-if status ~= 'queued' then
-  return reply(-2, {status = status, owner = task['owner'], lease_until = task['lease_until']})
+  t = row()
 end
 
 local leaseUntil = now + leaseMs
-local token = tonumber(task['token']) + 1
+local token = tonumber(t[5]) + 1
 redis.call('HSET', taskKey, 'status', 'claimed', 'owner', worker, 'lease_until', leaseUntil,
   'claimed_ms', now, 'token', token)
 redis.call('ZADD', leasesKey, leaseUntil, taskId)
 redis.call('ZREM', queuedKey, taskId)
-local job = hashToMap(redis.call('HGETALL', jobKey))
-if jobStatus == 'queued' then
+if job.status == 'queued' then
   redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
-  job['status'] = 'running'
 end
-task['status'], task['owner'], task['lease_until'] = 'claimed', worker, leaseUntil
-task['claimed_ms'], task['token'] = now, token
-emit(stream, tonumber(job['stream_maxlen'] or '10000'), {'event', 'task.claimed',
-  'task_id', taskId, 'worker', worker, 'token', token, 'lease_until', leaseUntil,
-  'attempt', task['attempt']})
-return reply(1, {task = task, job = job})
+emit(stream, job.maxlen, {'event', 'task.claimed', 'task_id', taskId, 'worker', worker,
+  'token', token, 'lease_until', leaseUntil, 'attempt', t[6]})
+return claimed()

@@ -36,45 +36,48 @@ local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey, parentKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, worker, result = ARGV[1], ARGV[2], ARGV[3]
 
-local done0 = redis.call('HMGET', taskKey, 'status', 'token', 'owner')
-if done0[1] == 'succeeded' and done0[2] == token and done0[3] == worker then
+local t = ownerRow(taskKey, 'parent_id', 'role', 'job_id')
+local taskId, parentId, role = t[3], t[5], t[6]
+if t[1] == 'succeeded' and t[2] == token and t[4] == worker then
   return reply(1, {parent_requeued = '', parent_role = '', job_finished = false})
 end
-local refused = fence(taskKey, jobKey, stream, token, worker, 'complete')
+local job = readJob(jobKey)
+local refused = fence(t, job, stream, token, worker, 'complete')
 if refused then return refused end
-local finished = endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
+local finished = endIfJobFinished(taskKey, taskId, job, leasesKey, queuedKey)
 if finished then return finished end
 
-local now = nowMs()
-local maxlen = jobMaxlen(jobKey)
-local t = redis.call('HMGET', taskKey, 'task_id', 'parent_id', 'role', 'job_id')
-local taskId, parentId = t[1], t[2]
-if parentId ~= '' and redis.call('HGET', parentKey, 'task_id') ~= parentId then
-  -- Checked before any write: a wrong key must not leave a half-done completion.
-  return redis.error_reply('KEYS[7] is not the parent of ' .. taskId)
+local parent
+if parentId ~= '' then
+  parent = redis.call('HMGET', parentKey, 'task_id', 'status', 'role')
+  if parent[1] ~= parentId then
+    -- Checked before any write: a wrong key must not leave a half-done completion.
+    return redis.error_reply('KEYS[7] is not the parent of ' .. taskId)
+  end
 end
+
+local now = nowMs()
 redis.call('HSET', taskKey, 'status', 'succeeded', 'lease_until', 0, 'result', result,
   'finished_ms', now)
 redis.call('ZREM', leasesKey, taskId)
-expireTask(taskKey, jobKey)
-emit(stream, maxlen, {'event', 'task.succeeded', 'task_id', taskId, 'role', t[3],
+expireTask(taskKey, job)
+emit(stream, job.maxlen, {'event', 'task.succeeded', 'task_id', taskId, 'role', role,
   'worker', worker, 'token', token})
 
 local done = {parent_requeued = '', parent_role = '', job_finished = false}
-if parentId ~= '' then
+if parent then
   local pending = redis.call('HINCRBY', parentKey, 'pending', -1)
-  if pending == 0 and redis.call('HGET', parentKey, 'status') == 'waiting' then
+  if pending == 0 and parent[2] == 'waiting' then
     redis.call('HSET', parentKey, 'status', 'queued', 'queued_ms', now)
     redis.call('ZADD', queuedKey, now, parentId)
-    done.parent_requeued = parentId
-    done.parent_role = redis.call('HGET', parentKey, 'role')
-    emit(stream, maxlen, {'event', 'task.queued', 'task_id', parentId,
-      'role', done.parent_role, 'reason', 'children done'})
+    done.parent_requeued, done.parent_role = parentId, parent[3]
+    emit(stream, job.maxlen, {'event', 'task.queued', 'task_id', parentId,
+      'role', parent[3], 'reason', 'children done'})
   end
 else
   redis.call('HSET', jobKey, 'status', 'succeeded', 'finished_ms', now, 'result', result)
-  emit(stream, maxlen, {'event', 'job.succeeded', 'job_id', t[4]})
-  expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
+  emit(stream, job.maxlen, {'event', 'job.succeeded', 'job_id', t[7]})
+  expireJob(job, jobKey, stream, leasesKey, queuedKey, tasksKey)
   done.job_finished = true
 end
 return reply(1, done)

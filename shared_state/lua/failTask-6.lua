@@ -31,9 +31,10 @@
 local taskKey, jobKey, stream = KEYS[1], KEYS[2], KEYS[3]
 local token, worker, reason, retryable = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
-local refused = fence(taskKey, jobKey, stream, token, worker, 'fail')
+local t = ownerRow(taskKey, 'role', 'attempt')
+local job = readJob(jobKey)
+local refused = fence(t, job, stream, token, worker, 'fail')
 if refused then return refused end
-local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'attempt')
-emit(stream, jobMaxlen(jobKey), {'event', 'task.failed', 'task_id', t[1], 'role', t[2],
-  'worker', worker, 'token', token, 'attempt', t[3], 'reason', reason})
-return reply(1, {outcome = failAttempt(reason, nowMs(), not retryable)})
+emit(stream, job.maxlen, {'event', 'task.failed', 'task_id', t[3], 'role', t[5],
+  'worker', worker, 'token', token, 'attempt', t[6], 'reason', reason})
+return reply(1, {outcome = failAttempt(reason, nowMs(), not retryable, job)})

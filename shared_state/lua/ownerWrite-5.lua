@@ -29,9 +29,11 @@
 local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, worker = ARGV[1], ARGV[2]
 
-local refused = fence(taskKey, jobKey, stream, token, worker, 'write')
+local t = ownerRow(taskKey)
+local job = readJob(jobKey)
+local refused = fence(t, job, stream, token, worker, 'write')
 if refused then return refused end
-local finished = endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
+local finished = endIfJobFinished(taskKey, t[3], job, leasesKey, queuedKey)
 if finished then return finished end
 
 local n = (#ARGV - 2) / 3

@@ -32,5 +32,5 @@ if t[1] ~= 'claimed' or tonumber(t[2]) > now then
   if t[1] ~= 'claimed' then redis.call('ZREM', leasesKey, t[4]) end
   return reply(-2, {status = t[1], lease_until = t[2]})
 end
-local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false)
+local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false, readJob(KEYS[2]))
 return reply(1, {outcome = outcome, role = t[5]})

@@ -13,7 +13,7 @@
   ARGV[5] 1 if the call was a compaction (a summarizing call), else 0
 
   Returns {code, data, events}
-     1  data = the job's totals after this call
+     1  data = usage (the job's totals after this call, as a hash)
 ]]
 --- @include "common"
 
@@ -28,4 +28,4 @@ if ARGV[5] == '1' then redis.call('HINCRBY', key, 'compaction_calls', 1) end
 if input > tonumber(redis.call('HGET', key, 'high_water') or '0') then
   redis.call('HSET', key, 'high_water', input)
 end
-return reply(1, hashToMap(redis.call('HGETALL', key)))
+return reply(1, {usage = redis.call('HGETALL', key)})

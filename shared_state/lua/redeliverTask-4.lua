@@ -25,13 +25,14 @@
 local taskKey, jobKey, stream, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('HMGET', taskKey, 'status', 'task_id', 'role', 'attempt')
 local now = nowMs()
-if t[1] ~= 'queued' or isTerminalJob(redis.call('HGET', jobKey, 'status')) then
+local job = readJob(jobKey)
+if t[1] ~= 'queued' or isTerminalJob(job.status) then
   return reply(-2)
 end
 local since = tonumber(redis.call('ZSCORE', queuedKey, t[2]) or '0')
 if now - since < tonumber(ARGV[1]) then return reply(-2) end
 redis.call('ZADD', queuedKey, now, t[2])
 redis.call('HSET', taskKey, 'queued_ms', now)
-emit(stream, jobMaxlen(jobKey), {'event', 'task.requeued', 'task_id', t[2], 'role', t[3],
+emit(stream, job.maxlen, {'event', 'task.requeued', 'task_id', t[2], 'role', t[3],
   'attempt', t[4], 'reason', ARGV[2]})
 return reply(1, {role = t[3]})

@@ -29,15 +29,16 @@
 local taskKey, jobKey, stream, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-local refused = fence(taskKey, jobKey, stream, token, worker, 'renew')
+local t = ownerRow(taskKey)
+local job = readJob(jobKey)
+local refused = fence(t, job, stream, token, worker, 'renew')
 if refused then return refused end
-local finished = endIfJobFinished(taskKey, jobKey, leasesKey, nil)
+local finished = endIfJobFinished(taskKey, t[3], job, leasesKey, nil)
 if finished then return finished end
 
-local taskId = redis.call('HGET', taskKey, 'task_id')
 local leaseUntil = nowMs() + leaseMs
 redis.call('HSET', taskKey, 'lease_until', leaseUntil)
-redis.call('ZADD', leasesKey, leaseUntil, taskId)
-emit(stream, jobMaxlen(jobKey), {'event', 'task.renewed', 'task_id', taskId, 'worker', worker,
+redis.call('ZADD', leasesKey, leaseUntil, t[3])
+emit(stream, job.maxlen, {'event', 'task.renewed', 'task_id', t[3], 'worker', worker,
   'token', token, 'lease_until', leaseUntil})
 return reply(1, {lease_until = leaseUntil})

@@ -39,31 +39,31 @@ local parentKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
 
-local refused = fence(parentKey, jobKey, stream, token, worker, 'spawn')
+local p = ownerRow(parentKey, 'job_id')
+local job = readJob(jobKey)
+local refused = fence(p, job, stream, token, worker, 'spawn')
 if refused then return refused end
-local finished = endIfJobFinished(parentKey, jobKey, leasesKey, queuedKey)
+local finished = endIfJobFinished(parentKey, p[3], job, leasesKey, queuedKey)
 if finished then return finished end
 
 local now = nowMs()
-local maxlen = jobMaxlen(jobKey)
-local p = redis.call('HMGET', parentKey, 'task_id', 'job_id')
 local n = (#ARGV - 5) / 4
 for i = 1, n do
   local at = 4 * i + 2
   local childId, role, brief, input = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[2], 'role', role,
-    'parent_id', p[1], 'brief', brief, 'input', input, 'wave', stage, 'status', 'queued',
+  redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[5], 'role', role,
+    'parent_id', p[3], 'brief', brief, 'input', input, 'wave', stage, 'status', 'queued',
     'attempt', 1, 'token', 0, 'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '',
     'created_ms', now, 'queued_ms', now)
   redis.call('SADD', tasksKey, childId)
   redis.call('ZADD', queuedKey, now, childId)
-  emit(stream, maxlen, {'event', 'task.queued', 'task_id', childId, 'role', role,
-    'parent_id', p[1]})
+  emit(stream, job.maxlen, {'event', 'task.queued', 'task_id', childId, 'role', role,
+    'parent_id', p[3]})
 end
 redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0,
   'pending', n, 'stage', stage)
-redis.call('ZREM', leasesKey, p[1])
+redis.call('ZREM', leasesKey, p[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[4], ARGV[5]) end
-emit(stream, maxlen, {'event', 'task.waiting', 'task_id', p[1], 'worker', worker,
+emit(stream, job.maxlen, {'event', 'task.waiting', 'task_id', p[3], 'worker', worker,
   'token', token, 'children', n, 'stage', stage})
 return reply(1, {children = n})

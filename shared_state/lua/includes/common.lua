@@ -6,9 +6,16 @@
                                 caller can mirror it to the global stream.
   nowMs()                       Redis server time in milliseconds: leases never
                                 depend on a worker's clock.
-  reply(code, data)             {code, json(data), json(events)}: the shape
-                                every script returns. JSON keeps the reply
-                                three elements long, cheap for clients to parse.
+  reply(code, data)             {code, data, events}: the shape every script
+                                returns, all of it plain RESP (nothing to
+                                encode here or decode in the client). data
+                                is a flat name/value list; a value is a
+                                string, an integer (booleans as 1/0) or a
+                                hash as HGETALL returns it, passed through.
+                                events: one list per event, its stream id
+                                first, then its field/value pairs.
+  readJob(jobKey)               the job fields scripts decide by, in one read:
+                                status, maxlen, retention, maxAttempts.
   expireTask / expireJob        start the retention clock of a finished task,
                                 or of a finished job's own keys.
   cancelTask                    end a task of a finished job (status cancelled).
@@ -19,9 +26,7 @@ local emitted = {}
 
 local function emit(stream, maxlen, fields)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
-  local entry = {id = id}
-  for i = 1, #fields, 2 do entry[fields[i]] = fields[i + 1] end
-  emitted[#emitted + 1] = entry
+  emitted[#emitted + 1] = {id, unpack(fields)}
   return id
 end
 
@@ -31,49 +36,46 @@ local function nowMs()
 end
 
 local function reply(code, data)
-  return {code, cjson.encode(data or {}), cjson.encode(emitted)}
+  local flat = {}
+  for name, value in pairs(data or {}) do
+    -- false would end the RESP array (it converts to nil); neither boolean survives as is.
+    if value == true then value = 1 elseif value == false then value = 0 end
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  return {code, flat, emitted}
 end
 
-local function jobMaxlen(jobKey)
-  return tonumber(redis.call('HGET', jobKey, 'stream_maxlen') or '10000')
+local function readJob(jobKey)
+  local j = redis.call('HMGET', jobKey, 'status', 'stream_maxlen', 'retention_ms', 'max_attempts')
+  return {status = j[1], maxlen = tonumber(j[2] or '10000'),
+    retention = tonumber(j[3] or '604800000'), maxAttempts = tonumber(j[4] or '3')}
 end
 
 local function isTerminalJob(status)
   return status == 'succeeded' or status == 'failed' or status == 'cancelled'
 end
 
-local function retentionMs(jobKey)
-  return tonumber(redis.call('HGET', jobKey, 'retention_ms') or '604800000')
+local function expireTask(taskKey, job)
+  redis.call('PEXPIRE', taskKey, job.retention)
 end
 
-local function expireTask(taskKey, jobKey)
-  redis.call('PEXPIRE', taskKey, retentionMs(jobKey))
-end
-
-local function expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
-  local ms = retentionMs(jobKey)
+local function expireJob(job, jobKey, stream, leasesKey, queuedKey, tasksKey)
   for _, key in ipairs({jobKey, stream, leasesKey, queuedKey, tasksKey}) do
-    redis.call('PEXPIRE', key, ms)
+    redis.call('PEXPIRE', key, job.retention)
   end
 end
 
-local function hashToMap(flat)
-  local map = {}
-  for i = 1, #flat, 2 do map[flat[i]] = flat[i + 1] end
-  return map
-end
-
-local function cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
+local function cancelTask(taskKey, job, leasesKey, queuedKey, taskId, now)
   redis.call('HSET', taskKey, 'status', 'cancelled', 'owner', '', 'lease_until', 0,
     'finished_ms', now)
   redis.call('ZREM', leasesKey, taskId)
   if queuedKey then redis.call('ZREM', queuedKey, taskId) end
-  expireTask(taskKey, jobKey)
+  expireTask(taskKey, job)
 end
 
-local function endIfJobFinished(taskKey, jobKey, leasesKey, queuedKey)
-  local jobStatus = redis.call('HGET', jobKey, 'status')
-  if not isTerminalJob(jobStatus) then return nil end
-  cancelTask(taskKey, jobKey, leasesKey, queuedKey, redis.call('HGET', taskKey, 'task_id'), nowMs())
-  return reply(-4, {job_status = jobStatus})
+local function endIfJobFinished(taskKey, taskId, job, leasesKey, queuedKey)
+  if not isTerminalJob(job.status) then return nil end
+  cancelTask(taskKey, job, leasesKey, queuedKey, taskId, nowMs())
+  return reply(-4, {job_status = job.status})
 end

@@ -6,28 +6,28 @@
   its job fails with the reason (event job.failed); `final` skips retries.
   In a job that has already finished, the task is cancelled instead.
   Used by failTask, reapTask and claimTask (taking over an expired lease).
-  Expects the standard task KEYS: task, job, events, leases, queued, tasks.
+  Expects the standard task KEYS: task, job, events, leases, queued, tasks,
+  and `job` as readJob returns it.
 
   Returns 'requeued', 'dead' or 'cancelled'.
 ]]
-local function failAttempt(reason, now, final)
+local function failAttempt(reason, now, final, job)
   local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
   local t = redis.call('HMGET', taskKey, 'task_id', 'job_id', 'role', 'attempt', 'token', 'owner')
   local taskId, jobId, role = t[1], t[2], t[3]
   local attempt = tonumber(t[4])
-  local maxAttempts = tonumber(redis.call('HGET', jobKey, 'max_attempts') or '3')
-  local maxlen = jobMaxlen(jobKey)
-  if isTerminalJob(redis.call('HGET', jobKey, 'status')) then
-    cancelTask(taskKey, jobKey, leasesKey, queuedKey, taskId, now)
+  local maxlen = job.maxlen
+  if isTerminalJob(job.status) then
+    cancelTask(taskKey, job, leasesKey, queuedKey, taskId, now)
     return 'cancelled'
   end
   redis.call('ZREM', leasesKey, taskId)
-  if final or attempt >= maxAttempts then
+  if final or attempt >= job.maxAttempts then
     redis.call('HSET', taskKey, 'status', 'dead', 'owner', '', 'lease_until', 0,
       'error', reason, 'finished_ms', now)
     redis.call('ZREM', queuedKey, taskId)
-    expireTask(taskKey, jobKey)
+    expireTask(taskKey, job)
     emit(stream, maxlen, {'event', 'task.dead', 'task_id', taskId, 'role', role,
       'worker', t[6], 'token', t[5], 'attempt', attempt, 'reason', reason})
     do
@@ -35,7 +35,7 @@ local function failAttempt(reason, now, final)
         ' attempt(s): ' .. reason
       redis.call('HSET', jobKey, 'status', 'failed', 'reason', why, 'finished_ms', now)
       emit(stream, maxlen, {'event', 'job.failed', 'job_id', jobId, 'reason', why})
-      expireJob(jobKey, stream, leasesKey, queuedKey, tasksKey)
+      expireJob(job, jobKey, stream, leasesKey, queuedKey, tasksKey)
     end
     return 'dead'
   end

@@ -1,15 +1,23 @@
 --[[
-  fence: check that the caller still owns a task with this fencing token.
-
-  Returns nil when it does. Otherwise records a task.fenced event (with the
-  stale and the current token) and returns the reply for code -3 (FENCED),
-  or -1 (NOT_FOUND) when the task does not exist.
+  ownerRow(taskKey, ...)  HMGET of the task's status, token, task_id, owner,
+                          then the extra fields named: what an owner's write
+                          decides by, read once.
+  fence(t, job, stream, token, worker, op)
+                          check that the caller still owns the task of row
+                          `t` with this fencing token. Returns nil when it
+                          does. Otherwise records a task.fenced event (with
+                          the stale and the current token) and returns the
+                          reply for code -3 (FENCED), or -1 (NOT_FOUND) when
+                          the task does not exist.
 ]]
-local function fence(taskKey, jobKey, stream, token, worker, op)
-  local t = redis.call('HMGET', taskKey, 'status', 'token', 'task_id', 'owner')
+local function ownerRow(taskKey, ...)
+  return redis.call('HMGET', taskKey, 'status', 'token', 'task_id', 'owner', ...)
+end
+
+local function fence(t, job, stream, token, worker, op)
   if not t[1] then return reply(-1) end
   if t[1] == 'claimed' and t[2] == token then return nil end
-  emit(stream, jobMaxlen(jobKey), {'event', 'task.fenced', 'task_id', t[3], 'worker', worker,
+  emit(stream, job.maxlen, {'event', 'task.fenced', 'task_id', t[3], 'worker', worker,
     'token', token, 'current_token', t[2], 'status', t[1], 'op', op})
   return reply(-3, {status = t[1], token = t[2], owner = t[4]})
 end
