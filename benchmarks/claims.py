@@ -67,6 +67,7 @@ from coordinator import logs
 from coordinator.fleet import Fleet, FleetSpec
 from shared_state import Child, JobSpec, RedisServer, Role, State, TaskNotFound, keys
 
+TOP = 8
 GOALS = {"lua_vs_watch": 3.0, "claims_vs_evalsha": 0.5, "fleet_vs_rq": 0.7}
 RQ_QUEUE = "bench.noop"
 NOOP = f"{Path(__file__).stem}.noop"  # importable by the --rq-worker processes
@@ -317,7 +318,7 @@ class Probe:
         server, workers = self._cpu()
         stats = self.client.info("commandstats")
         calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
-        top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+        top = sorted(calls.items(), key=lambda kv: -kv[1])[:TOP]
         doc = {
             "redis_cmds": sum(calls.values()),
             "redis_cpu_s": round(server - self._cpu0[0], 3),
@@ -653,7 +654,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--calls", type=int, help="EVALSHA calls, and claims, per process (default 1000)"
     )
-    parser.add_argument("--jobs", type=int, help="fleet jobs (default 40)")
+    parser.add_argument("--jobs", type=int, help="fleet jobs (default 100)")
     parser.add_argument("--fanout", type=int, default=3, help="coders per fleet job")
     parser.add_argument(
         "--order",
@@ -668,7 +669,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    defaults = (300, 250, 10, 1) if args.quick else (2000, 1000, 40, 3)
+    defaults = (300, 250, 10, 1) if args.quick else (2000, 1000, 100, 3)
     for name, default in zip(("tasks", "calls", "jobs", "repeat"), defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)

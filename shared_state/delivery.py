@@ -23,6 +23,10 @@ from .models import Role
 EXECUTE = "workers.runtime.execute"
 QUEUE_PREFIX = "redfleet."
 FAILURE_TTL_S = 3600
+# A finished envelope expires after this. Not 0: RQ deletes a job kept for 0 s
+# at once, walking every registry of its queue, which costs a worker about as
+# much as claiming and completing the task; an expiry costs nothing.
+RESULT_TTL_S = 60
 
 
 def queue_name(role: Role) -> str:
@@ -59,7 +63,7 @@ class Delivery:
                     args=(env.job_id, env.task_id),
                     job_id=rq_id,
                     timeout=-1,  # the lease, not RQ, decides when work is lost
-                    result_ttl=0,
+                    result_ttl=RESULT_TTL_S,
                     failure_ttl=FAILURE_TTL_S,
                     description=f"redfleet {env.role.value} task {env.task_id}",
                     pipeline=pipe,
