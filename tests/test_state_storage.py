@@ -8,6 +8,7 @@ from importlib import resources
 import pytest
 
 from shared_state import EventLog, JobSpec, State, keys
+from shared_state.models import Event
 from shared_state.scripts import SCRIPTS
 
 from .helpers import job_with_children
@@ -71,6 +72,19 @@ def test_script_events_reach_the_global_stream_with_the_next_write(state: State)
     own = state.events.read(job.job_id)[-1]
     assert (mirrored.event, mirrored.job_id, mirrored.token) == ("task.claimed", job.job_id, 1)
     assert mirrored.ts == own.ts
+
+
+def test_a_mirrored_batch_keeps_every_event_its_fields_and_their_order(state: State) -> None:
+    job, _, ids = job_with_children(state, 3)  # claim, 3 x task.queued, task.waiting
+    state.events.flush()
+    own = state.events.read(job.job_id)
+    mirrored = [e for e in state.events.read() if e.job_id == job.job_id]
+
+    def shown(events: list[Event]) -> list[tuple]:
+        return [(e.event, e.task_id, e.token, e.ts) for e in events]
+
+    assert shown(mirrored) == shown(own)
+    assert [e.task_id for e in mirrored if e.event == "task.queued"][1:] == ids
 
 
 def test_the_global_stream_is_capped(state: State) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from shared_state import Child, Fenced, JobFinished, JobSpec, Role, State, TaskStatus, keys
 from shared_state.scripts import server_ms
+from shared_state.tasks import Claimed
 
 from .conftest import events_named, wait_for
 from .helpers import job_with_children
@@ -173,3 +174,22 @@ def test_a_claim_or_completion_resent_by_its_owner_is_idempotent(state: State) -
     assert len(events_named(state, job.job_id, "task.succeeded")) == 1
     assert not events_named(state, job.job_id, "task.fenced")
     assert len(events_named(state, job.job_id, "task.claimed")) == 2  # planner + child
+
+
+def test_a_store_reads_a_jobs_fields_with_its_first_claim_of_the_job_only(
+    state: State, redis_url: str
+) -> None:
+    job, _, ids = job_with_children(state, 2)
+    worker = State.connect(redis_url)  # a fresh worker: it has seen no job yet
+
+    def claim(task_id: str) -> tuple[Claimed, int]:
+        state.client.config_resetstat()
+        got = worker.tasks.claim(job.job_id, task_id, "w1", 10_000)
+        assert got is not None
+        return got, state.client.info("commandstats")["cmdstat_hgetall"]["calls"]
+
+    (first, first_reads), (second, second_reads) = claim(ids[0]), claim(ids[1])
+    assert (first_reads, second_reads) == (2, 1)  # task + job, then the task alone
+    assert second.job == first.job and second.job.goal == job.goal
+    assert (second.task.task_id, second.task.owner, second.claim.token) == (ids[1], "w1", 1)
+    assert second.task.status == TaskStatus.CLAIMED and second.task.brief == "c1"
