@@ -32,7 +32,8 @@ within a run, side by side, and the medians over the runs are reported (the
 JSON keeps every run). On a small shared machine a single run can swing a
 ratio by a fifth.
 
-Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--repeat R] [--procs P]
+Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--repeat R]
+          [--tasks N] [--calls C] [--jobs K] [--procs P]
 
 Goals are reported, never enforced: the exit code does not depend on them.
 """
@@ -67,7 +68,7 @@ from coordinator import logs
 from coordinator.fleet import Fleet, FleetSpec
 from shared_state import Child, JobSpec, RedisServer, Role, State, TaskNotFound, keys
 
-TOP = 8
+TOP = 8  # Redis commands listed per phase, most called first
 GOALS = {"lua_vs_watch": 3.0, "claims_vs_evalsha": 0.5, "fleet_vs_rq": 0.7}
 RQ_QUEUE = "bench.noop"
 NOOP = f"{Path(__file__).stem}.noop"  # importable by the --rq-worker processes
@@ -645,17 +646,23 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     console.print(per)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--quick", action="store_true", help="a small run (smoke test)")
-    parser.add_argument("--tasks", type=int, help="tasks per contention run (default 2000)")
-    parser.add_argument("--procs", type=int, default=8, help="racing processes (default 8)")
+    parser.add_argument("--tasks", type=_positive, help="tasks per contention run (default 2000)")
+    parser.add_argument("--procs", type=_positive, default=8, help="racing processes (default 8)")
     parser.add_argument(
-        "--calls", type=int, help="EVALSHA calls, and claims, per process (default 1000)"
+        "--calls", type=_positive, help="EVALSHA calls, and claims, per process (default 1000)"
     )
-    parser.add_argument("--jobs", type=int, help="fleet jobs (default 100)")
-    parser.add_argument("--fanout", type=int, default=3, help="coders per fleet job")
+    parser.add_argument("--jobs", type=_positive, help="fleet jobs (default 100)")
+    parser.add_argument("--fanout", type=_positive, default=3, help="coders per fleet job")
     parser.add_argument(
         "--order",
         choices=("same", "shuffled"),
@@ -664,7 +671,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the shuffled orders")
     parser.add_argument(
-        "--repeat", type=int, help="runs of every phase; medians are reported (default 3)"
+        "--repeat", type=_positive, help="runs of every phase; medians are reported (default 3)"
     )
     parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)

@@ -6,10 +6,9 @@ is a mirror for ``redfleet logs`` across jobs; Cluster-safety forbids a script
 to touch it together with a job's keys, so the events a script returns are
 queued here and written in batches, one ``mirrorEvents`` script call each: in
 the same round trip as the caller's next write once ``MIRROR_BATCH`` entries
-are queued, and at every worker heartbeat (at most a second apart), reaper
-tick and close. The mirror thus
-lags by up to a second, and a worker killed with SIGKILL may miss its last
-entries there — never in the job stream.
+are queued, and at every worker heartbeat (a third of the lease apart), reaper
+tick and close. The mirror thus lags by up to a heartbeat, and a worker killed
+with SIGKILL may miss its last entries there — never in the job stream.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Each ``verbNoun-N.lua`` file is one operation (N = its fixed KEYS). Shared
 helpers live in ``lua/includes/`` and are inlined where a script says
 ``--- @include "name"``. Scripts are loaded once per server with SCRIPT LOAD
 and called with EVALSHA; after a server restart or SCRIPT FLUSH the first
-call reloads them.
+call reloads them. (``mirrorEvents`` is the exception: ``EventLog`` sends it
+with EVAL, and it returns a count.)
 
-Every script returns ``{code, data, events}`` as plain RESP: a code from
+Every other script returns ``{code, data, events}`` as plain RESP: a code from
 ``errors.Code``; its data, a flat name/value list whose values are strings,
 integers or hashes as HGETALL returns them; and the events it appended to the
 job stream, each a list of its stream id and its fields. Nothing is encoded to
@@ -146,7 +147,10 @@ class Runner:
             pipe = self.client.pipeline(transaction=False)
             self.events.queue_mirror(pipe, pending)
             evalsha(pipe, name, keys, args)
-            raw = pipe.execute(raise_on_error=False)[-1]
+            mirrored, raw = pipe.execute(raise_on_error=False)
+            if isinstance(mirrored, Exception):
+                # The batch's one command failed (OOM, READONLY): the next flush retries it.
+                self.events.defer_mirrored(pending)
             if not isinstance(raw, redis.exceptions.NoScriptError):
                 if isinstance(raw, Exception):
                     raise raw

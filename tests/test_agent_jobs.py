@@ -44,7 +44,7 @@ def _assert_wave_small(state: State, role: Role, count: int) -> None:
 
 
 def test_envelopes_and_task_records_carry_no_payload_over_2_kib(state: State, start_fleet) -> None:
-    # Envelopes are deleted once run: look at each wave while it waits in its queue,
+    # An envelope taken by a worker soon runs and expires: look at each wave while it waits,
     # by starting each role's workers only once the previous wave is queued.
     job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
     _assert_wave_small(state, Role.PLANNER, 1)

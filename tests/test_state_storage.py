@@ -8,6 +8,7 @@ from importlib import resources
 import pytest
 
 from shared_state import EventLog, JobSpec, State, keys
+from shared_state.events import MIRROR_BATCH
 from shared_state.models import Event
 from shared_state.scripts import SCRIPTS
 
@@ -85,6 +86,19 @@ def test_a_mirrored_batch_keeps_every_event_its_fields_and_their_order(state: St
 
     assert shown(mirrored) == shown(own)
     assert [e.task_id for e in mirrored if e.event == "task.queued"][1:] == ids
+
+
+def test_a_mirror_batch_that_fails_is_kept_for_the_next_flush(state: State) -> None:
+    job, _, ids = job_with_children(state, MIRROR_BATCH)  # a full batch is queued
+    state.client.delete(keys.EVENTS)
+    state.client.set(keys.EVENTS, "not a stream")  # the batch's XADD fails: WRONGTYPE
+    assert state.tasks.claim(job.job_id, ids[0], "w1", 10_000) is not None  # the batch rode here
+    state.client.delete(keys.EVENTS)
+    state.events.flush()
+    own = state.events.read(job.job_id, last=100)[2:]  # after submit's own two appends
+    mirrored = state.events.read(last=100)
+    assert [(e.event, e.task_id) for e in mirrored] == [(e.event, e.task_id) for e in own]
+    assert mirrored[-1].event == "task.claimed" and mirrored[-1].task_id == ids[0]
 
 
 def test_the_global_stream_is_capped(state: State) -> None:

@@ -51,16 +51,19 @@ end
 local t = row()
 local status, owner, taskId = t[1], t[2], t[4]
 if not status then return reply(-1) end
-if status ~= 'queued' and status ~= 'claimed' and status ~= 'waiting' then
+
+local function refuse()
   return reply(-2, {status = status, owner = owner, lease_until = t[3]})
 end
+
+if status ~= 'queued' and status ~= 'claimed' and status ~= 'waiting' then return refuse() end
 
 local now = nowMs()
 local leaseLeft = tonumber(t[3]) - now
 if status == 'claimed' and leaseLeft > 0 and owner ~= worker then
   -- Another worker's live claim; should the job have finished, that worker's
   -- next write finds out and ends the task.
-  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
+  return refuse()
 end
 
 local job = readJob(jobKey)
@@ -68,9 +71,7 @@ if isTerminalJob(job.status) then
   cancelTask(taskKey, job, leasesKey, queuedKey, taskId, now)
   return reply(-4, {job_status = job.status})
 end
-if status == 'waiting' then
-  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
-end
+if status == 'waiting' then return refuse() end
 
 if status == 'claimed' then
   if leaseLeft > 0 then return claimed() end -- the owner's own claim, re-sent

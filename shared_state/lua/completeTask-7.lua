@@ -22,7 +22,7 @@
 
   Returns {code, data, events}
      1  completed; data = parent_requeued (parent id or ''), parent_role,
-        job_finished (true when the job succeeded with this task)
+        job_finished (1 when the job succeeded with this task, else 0)
     -1  no such task
     -3  fenced (event task.fenced)
     -4  the job has already finished; the task is marked cancelled

@@ -27,7 +27,6 @@ local emitted = {}
 local function emit(stream, maxlen, fields)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
   emitted[#emitted + 1] = {id, unpack(fields)}
-  return id
 end
 
 local function nowMs()
@@ -38,7 +37,7 @@ end
 local function reply(code, data)
   local flat = {}
   for name, value in pairs(data or {}) do
-    -- false would end the RESP array (it converts to nil); neither boolean survives as is.
+    -- false would reach the client as a null, true as 1: say both as integers.
     if value == true then value = 1 elseif value == false then value = 0 end
     flat[#flat + 1] = name
     flat[#flat + 1] = value
