@@ -26,15 +26,10 @@
 --- @include "common"
 --- @include "fence"
 
-local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, worker = ARGV[1], ARGV[2]
 
-local t = ownerRow(taskKey)
-local job = readJob(jobKey)
-local refused = fence(t, job, stream, token, worker, 'write')
+local refused = ownedTask(token, worker, 'write')
 if refused then return refused end
-local finished = endIfJobFinished(taskKey, t[3], job, leasesKey, queuedKey)
-if finished then return finished end
 
 local n = (#ARGV - 2) / 3
 for i = 1, n do

@@ -26,15 +26,11 @@
 --- @include "common"
 --- @include "fence"
 
-local taskKey, jobKey, stream, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local taskKey, stream, leasesKey = KEYS[1], KEYS[3], KEYS[4]
 local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-local t = ownerRow(taskKey)
-local job = readJob(jobKey)
-local refused = fence(t, job, stream, token, worker, 'renew')
+local refused, t, job = ownedTask(token, worker, 'renew')
 if refused then return refused end
-local finished = endIfJobFinished(taskKey, t[3], job, leasesKey, nil)
-if finished then return finished end
 
 local leaseUntil = nowMs() + leaseMs
 redis.call('HSET', taskKey, 'lease_until', leaseUntil)

@@ -35,16 +35,12 @@
 --- @include "common"
 --- @include "fence"
 
-local parentKey, jobKey, stream, leasesKey, queuedKey, tasksKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local parentKey, stream, leasesKey = KEYS[1], KEYS[3], KEYS[4]
+local queuedKey, tasksKey = KEYS[5], KEYS[6]
 local token, worker, stage = ARGV[1], ARGV[2], ARGV[3]
 
-local p = ownerRow(parentKey, 'job_id')
-local job = readJob(jobKey)
-local refused = fence(p, job, stream, token, worker, 'spawn')
+local refused, p, job = ownedTask(token, worker, 'spawn', 'job_id')
 if refused then return refused end
-local finished = endIfJobFinished(parentKey, p[3], job, leasesKey, queuedKey)
-if finished then return finished end
 
 local now = nowMs()
 local n = (#ARGV - 5) / 4
