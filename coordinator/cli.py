@@ -3,8 +3,10 @@
 Connection: ``REDIS_URL`` when set; otherwise an embedded redis-server that the
 CLI starts on first use (see ``redfleet server --help``). Every command that
 prints a result takes ``--json``. Bad input to a command (an unknown job, a
-blank goal, an unreachable server) is one line on stderr and exit code 2, as
-are option errors, which also show the usage line.
+blank goal, an unreachable server, a bad setting) is one line on stderr and
+exit code 2, as are option errors, which also show the usage line. Error lines
+are redacted (no Redis password or API key is printed), and text from users
+and models is printed terminal-safe (see ``text``); ``--json`` keeps it exact.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Annotated
 
 import pydantic
 import redis
+import structlog
 import typer
 
 from shared_state import (
@@ -28,6 +32,7 @@ from shared_state import (
     State,
     StateError,
 )
+from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, views
@@ -36,6 +41,7 @@ from .errors import CoordinatorError
 from .fleet import Fleet, FleetSpec
 from .reaper import Reaper
 from .settings import Settings
+from .text import markup_safe, multi_line, one_line
 
 app = typer.Typer(
     help=(
@@ -93,8 +99,10 @@ ScriptOpt = Annotated[
 ]
 
 
-def _log_level() -> str:
-    return os.environ.get("REDFLEET_LOG_LEVEL", "info")
+def _check_job_id(job_id: str | None, name: str = "JOB_ID") -> None:
+    """A blank job id is an error: ``status ''`` must not mean every job."""
+    if job_id is not None and not job_id.strip():
+        raise CoordinatorError(f"{name}: must not be empty")
 
 
 def _provider_env(
@@ -149,8 +157,10 @@ def up(
 ) -> None:
     """Run a supervised fleet: one OS process per worker, plus the reaper.
 
-    A worker that dies is replaced. Ctrl-C or SIGTERM drains: running tasks
-    finish, then the fleet exits. Run `redfleet up` on several machines with
+    A worker that dies is replaced, and one that stops answering (a hung
+    process) is killed and replaced. Ctrl-C, SIGTERM or SIGHUP (closing the
+    terminal) drains: running tasks finish, then the fleet exits; its workers
+    die with it even if it is killed outright. Run `redfleet up` on several machines with
     the same REDIS_URL to grow one fleet; logs are JSON lines on stderr.
 
     The workers call the model chosen with --provider: `scripted` (the
@@ -159,7 +169,7 @@ def up(
     key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
     """
     settings = Settings()
-    logs.configure(_log_level())
+    logs.configure(settings.log_level)
     choice, worker_env = _provider_env(settings, provider, model, base_url, script)
     url = redis_url(settings)
     spec = FleetSpec(
@@ -172,9 +182,10 @@ def up(
         worker_env=worker_env,
     )
     if not as_json:
-        print(f"redfleet: fleet of {len(spec.roles())} workers, provider {choice.describe()}",
+        described = one_line(redact(choice.describe()))
+        print(f"redfleet: fleet of {len(spec.roles())} workers, provider {described}",
               file=sys.stderr)  # fmt: skip
-    with open_state(settings, url) as state:
+    with open_state(settings, url, serving=True) as state:
         report = Fleet.from_settings(state, url, spec, settings).run()
     if as_json:
         views.print_json(report.__dict__)
@@ -190,8 +201,8 @@ def worker(
     from workers import run_worker
 
     settings = Settings()
-    logs.configure(_log_level())
-    with open_state(settings) as state:
+    logs.configure(settings.log_level)
+    with open_state(settings, serving=True) as state:
         run_worker(
             state,
             role=role,
@@ -208,12 +219,22 @@ def reaper_cmd(
 ) -> None:
     """Run the reaper alone: reclaim expired leases, redeliver lost envelopes."""
     settings = Settings()
-    logs.configure(_log_level())
+    logs.configure(settings.log_level)
     stop = threading.Event()
-    with open_state(settings) as state:
+    with open_state(settings, serving=not once) as state:
         reaper = Reaper(state, redeliver_after_ms=settings.redeliver_after_ms)
         while True:
-            report = reaper.tick()
+            try:
+                report = reaper.tick()
+            except (redis.RedisError, StateError) as exc:
+                if once:
+                    raise
+                # Redis restarting or failing over: the next tick tries again.
+                structlog.get_logger("redfleet.reaper").warning(
+                    "reaper.tick_failed", error=str(exc)
+                )
+                stop.wait(settings.reap_interval_ms / 1000)
+                continue
             if once:
                 if as_json:
                     views.print_json(report.__dict__)
@@ -283,6 +304,7 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """A job with its tasks, or recent jobs and queue depths."""
+    _check_job_id(job_id)
     with open_state(Settings()) as state:
         doc = (
             views.job_doc(state, state.jobs.get(job_id))
@@ -292,9 +314,12 @@ def status(
     if as_json:
         views.print_json(doc)
     elif job_id:
-        views.console.print(f"job {doc['job_id']}: [bold]{doc['status']}[/] — {doc['goal']}")
+        goal = markup_safe(doc["goal"])
+        views.console.print(
+            f"job {doc['job_id']}: [bold]{doc['status']}[/] — {goal}", soft_wrap=True
+        )
         if doc["reason"]:
-            views.console.print(f"reason: {doc['reason']}")
+            views.console.print(f"reason: {markup_safe(doc['reason'])}", soft_wrap=True)
         views.table("tasks", doc["tasks"], views.TASK_COLUMNS)
     else:
         views.table("jobs", doc["jobs"], ["job_id", "status", "scenario", "created", "goal"])
@@ -350,8 +375,9 @@ def logs_cmd(
 
     def show(event: views.Event) -> None:
         line = json.dumps(event.to_json_dict()) if as_json else views.event_line(event)
-        print(line, flush=True)
+        views.write_line(line)
 
+    _check_job_id(job_id)
     with open_state(Settings()) as state:
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
@@ -374,6 +400,7 @@ def cancel(
     Cancelling a job that is already cancelled succeeds; one that already
     succeeded or failed is an error.
     """
+    _check_job_id(job_id)
     with open_state(Settings()) as state:
         try:
             state.jobs.cancel(job_id)
@@ -399,6 +426,7 @@ def artifacts(
 
     Read one with `redfleet show ARTIFACT_ID`.
     """
+    _check_job_id(job_id)
     with open_state(Settings()) as state:
         state.jobs.get(job_id)  # an unknown job is an error, not an empty list
         refs = state.artifacts(job_id).list()
@@ -420,9 +448,20 @@ def show(
     lines: Annotated[
         str | None, typer.Option("--lines", metavar="A:B", help="Only lines A to B (1-based).")
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="Print the content exactly, control characters included."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an artifact's content (a file, a log, a summary, a report)."""
+    """Print an artifact's content (a file, a log, a summary, a report).
+
+    Content comes from workers and models, so escape sequences (colours,
+    cursor moves, window titles) are removed and other control characters
+    but newline and tab are shown as escapes (\\x07), piped or not: it cannot
+    drive your terminal. --raw prints it exactly; so does --json, as a string.
+    """
+    _check_job_id(job, "--job")
     span = views.parse_lines(lines) if lines else None
     with open_state(Settings()) as state:
         job_id = job or state.locate_artifact(artifact_id)
@@ -433,6 +472,7 @@ def show(
     if as_json:
         views.print_json({**ref.model_dump(mode="json"), "job_id": job_id, "content": text})
     else:
+        text = text if raw else multi_line(text)
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
 
 
@@ -455,20 +495,21 @@ def demo(
     prints the REDIS_URL for that. Exits 0 when the job succeeded, 1
     otherwise; --json prints the final status.
     """
-    settings = Settings()
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
-    logs.configure(_log_level())
+    settings = Settings()
+    logs.configure(settings.log_level)
     choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, "", None, "demo")
     # An embedded Redis of its own: no fleet of yours takes the demo's tasks, nor it yours.
     demo_home = settings.home / "demo"
     url = Embedded(demo_home).ensure()
-    with open_state(settings, url) as state:
+    with open_state(settings, url, serving=True) as state:
         job = state.jobs.submit(
             JobSpec(goal=DEMO_GOAL, scenario=Scenario.AGENTS, max_attempts=settings.max_attempts)
         )
         if not as_json:
+            described = markup_safe(redact(choice.describe()))
             views.console.print(
-                f"redfleet demo: job {job.job_id} on {url}\nprovider: {choice.describe()}"
+                f"redfleet demo: job {job.job_id} on {markup_safe(url)}\nprovider: {described}"
             )
         spec = FleetSpec(
             planners=1, coders=2, reviewers=1, lease_ms=settings.lease_ms, worker_env=worker_env
@@ -491,7 +532,8 @@ def demo(
     else:
         views.print_outcome(doc)
     if doc["status"] != "succeeded":
-        print(f"redfleet: demo job ended {doc['status']}: {doc['reason']}", file=sys.stderr)
+        reason = one_line(redact(doc["reason"] or ""))
+        print(f"redfleet: demo job ended {doc['status']}: {reason}", file=sys.stderr)
         raise typer.Exit(1)
 
 
@@ -525,9 +567,18 @@ def server_status(as_json: JsonOpt = False) -> None:
 
 
 @server_app.command("stop")
-def server_stop(as_json: JsonOpt = False) -> None:
-    """Stop the embedded redis-server (its data stays in REDFLEET_HOME)."""
-    stopped = Embedded(Settings().home).stop()
+def server_stop(
+    force: Annotated[
+        bool, typer.Option("--force", help="Stop it even while workers or clients are connected.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stop the embedded redis-server (its data stays in REDFLEET_HOME).
+
+    Refuses while workers or other clients are connected: a fleet keeps retrying
+    the server's URL. The next start takes the same port again when it is free.
+    """
+    stopped = Embedded(Settings().home).stop(force=force)
     if as_json:
         views.print_json({"stopped": stopped})
     else:
@@ -535,17 +586,41 @@ def server_stop(as_json: JsonOpt = False) -> None:
 
 
 def _validation_message(exc: pydantic.ValidationError) -> str:
+    """Each problem as ``where: what``; a setting's ``where`` is its environment variable."""
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "input"
-        parts.append(f"{where}: {err['msg']}")
+        if exc.title == Settings.__name__:
+            where = Settings.env_var(where)
+        parts.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
+def _os_error_message(exc: OSError) -> str:
+    """``path: reason``; a path in the home also names REDFLEET_HOME."""
+    if not isinstance(exc.filename, str):
+        return str(exc)
+    home = Settings().home  # valid: every command has read its settings before any file
+    if Path(exc.filename).is_relative_to(home):
+        return f"REDFLEET_HOME={home}: cannot use {exc.filename}: {exc.strerror}"
+    return f"{exc.filename}: {exc.strerror}"
+
+
 def main() -> None:
-    """Entry point: option errors are the CLI framework's; ours are one line, exit 2."""
+    """Entry point: option errors are the CLI framework's; ours are one line, exit 2.
+
+    The line is redacted and made one line: an error may quote a Redis URL
+    with its password, or text from a model or a server.
+    """
     try:
-        app(prog_name="redfleet")
+        try:
+            app(prog_name="redfleet")
+        finally:
+            sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return
+    except BrokenPipeError:
+        # `redfleet status | head -1`: the reader has what it wanted; not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     except (StateError, CoordinatorError) as exc:
         message = str(exc)
@@ -553,5 +628,7 @@ def main() -> None:
         message = _validation_message(exc)
     except redis.RedisError as exc:  # the server went away, or refused, mid-command
         message = f"Redis: {exc}"
-    print(f"redfleet: error: {message}", file=sys.stderr)
+    except OSError as exc:  # an unusable REDFLEET_HOME, an unreadable file
+        message = _os_error_message(exc)
+    print(f"redfleet: error: {one_line(redact(message))}", file=sys.stderr)
     sys.exit(2)

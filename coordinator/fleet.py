@@ -2,11 +2,25 @@
 
 One OS process per worker (``redfleet worker --role R``), each serving one
 role queue. A worker that dies is replaced (with a growing pause if it keeps
-dying at once). The reaper runs in the supervisor's loop. SIGINT or SIGTERM
-drains: each worker gets SIGTERM (finish the current task, then exit), and
-whatever is still running after ``drain_timeout_s`` is killed — its task is
-reclaimed by any fleet's reaper after the lease. ``burst`` stops the fleet
-once no job is active (nothing queued, claimed or waiting).
+dying at once). The reaper runs in the supervisor's loop; it and the burst
+check log a Redis error and try again next time, so an outage ends nothing.
+
+A hung worker — one that stopped making progress (SIGSTOP, a stuck
+heartbeat thread) — is killed with SIGKILL and replaced, logged as
+``fleet.worker_hung``: every worker writes a byte to its liveness pipe each
+heartbeat tick (a third of the lease) whether or not Redis answers, and one
+silent for ``hung_after_s`` (three leases, at least 5 s) is hung. A worker
+cut off from Redis still ticks, so a partition never gets it killed.
+
+SIGINT, SIGTERM or SIGHUP (a closed terminal) drains: each worker gets
+SIGTERM (finish the current task, then exit), and whatever is still running
+after ``drain_timeout_s`` is killed — its task is reclaimed by any fleet's
+reaper after the lease. ``burst`` stops the fleet once no job is active
+(nothing queued, claimed or waiting). Workers die with the supervisor: if it
+is killed outright, each gets SIGHUP from the kernel (PR_SET_PDEATHSIG, bound
+to the thread that started it — so only the thread running ``run`` starts
+workers, and it ends only after they have) or notices its parent is gone, and
+drains itself, giving its task up after ``drain_timeout_s``.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ import redis
 import structlog
 
 from shared_state import Role, State, StateError
+from workers.heartbeat import SupervisorLink
 
 from .reaper import Reaper
 from .settings import Settings
@@ -31,6 +46,11 @@ log = structlog.get_logger("redfleet.fleet")
 
 _MAX_BACKOFF_S = 5.0
 _QUICK_DEATH_S = 2.0
+_HUNG_LEASES = 3  # a tick blocked in Redis calls delays the next byte by up to a lease
+_HUNG_FLOOR_S = 5.0
+# A worker starting (imports, the CLI's first connection, which retries through an
+# outage) writes its first byte late: silence counts only after this.
+_STARTUP_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -50,12 +70,19 @@ class FleetSpec:
             + [Role.REVIEWER] * self.reviewers
         )
 
+    @property
+    def hung_after_s(self) -> float:
+        """How long a worker may leave its liveness pipe silent before it counts as hung."""
+        return max(_HUNG_LEASES * self.lease_ms / 1000, _HUNG_FLOOR_S)
+
 
 @dataclass
 class _Slot:
     role: Role
     process: subprocess.Popen[bytes] | None = None
+    liveness: int = -1  # the read end of the worker's liveness pipe
     started: float = 0.0
+    heard_at: float = 0.0  # monotonic: the worker last wrote to its pipe (or the grace ends)
     quick_deaths: int = 0
     restart_at: float = 0.0
     restarts: int = 0
@@ -66,6 +93,7 @@ class FleetReport:
     """What happened while the fleet ran (``redfleet up --json`` prints it)."""
 
     restarts: int = 0
+    hung: int = 0
     reaped: int = 0
     dead: int = 0
     redelivered: int = 0
@@ -106,17 +134,41 @@ class Fleet:
         )
 
     def _spawn(self, slot: _Slot) -> None:
-        env = {**os.environ, **dict(self.spec.worker_env), "REDIS_URL": self.redis_url}
+        liveness, beat_end = os.pipe()
+        os.set_blocking(liveness, False)
+        link = SupervisorLink(pid=os.getpid(), liveness_fd=beat_end, drain_s=self.drain_timeout_s)
+        env = {
+            **os.environ, **dict(self.spec.worker_env), "REDIS_URL": self.redis_url, **link.env()
+        }  # fmt: skip
         # -P: never import from the current directory (a stray ./workers would shadow ours).
         command = [
             sys.executable, "-P", "-m", "coordinator", "worker",
             "--role", slot.role.value, "--lease-ms", str(self.spec.lease_ms),
         ]  # fmt: skip
-        # Own process group: a terminal's Ctrl-C reaches the supervisor only, which
-        # drains the workers with one SIGTERM each (a second signal is RQ's cold stop).
-        slot.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, process_group=0)
+        try:
+            # Own process group: a terminal's Ctrl-C or hangup reaches the supervisor only,
+            # which drains the workers with one SIGTERM each (a second is RQ's cold stop).
+            slot.process = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, process_group=0, pass_fds=(beat_end,)
+            )
+        except BaseException:
+            os.close(liveness)
+            raise
+        finally:
+            os.close(beat_end)  # the worker's now: ours would hide its EOF and EPIPE
+        slot.liveness = liveness
         slot.started = time.monotonic()
+        slot.heard_at = slot.started + _STARTUP_GRACE_S
         log.info("fleet.worker_started", role=slot.role.value, pid=slot.process.pid)
+
+    def _hung(self, slot: _Slot, now: float) -> bool:
+        """Read what the worker wrote to its liveness pipe; True if it has been silent too long."""
+        try:
+            if os.read(slot.liveness, 4096):
+                slot.heard_at = now
+        except BlockingIOError:
+            pass  # nothing since the last look
+        return now - slot.heard_at > self.spec.hung_after_s
 
     def _supervise(self, slot: _Slot) -> None:
         now = time.monotonic()
@@ -124,9 +176,18 @@ class Fleet:
             if now >= slot.restart_at:
                 self._spawn(slot)
             return
+        if slot.process.poll() is None and self._hung(slot, now):
+            log.warning(
+                "fleet.worker_hung", role=slot.role.value, pid=slot.process.pid,
+                silent_s=round(now - slot.heard_at, 2), bound_s=self.spec.hung_after_s,
+            )  # fmt: skip
+            slot.process.kill()
+            slot.process.wait()
+            self.report.hung += 1
         code = slot.process.poll()
         if code is None:
             return
+        os.close(slot.liveness)
         lived = now - slot.started
         slot.quick_deaths = slot.quick_deaths + 1 if lived < _QUICK_DEATH_S else 0
         pause = min(_MAX_BACKOFF_S, 0.25 * 2**slot.quick_deaths) if slot.quick_deaths else 0
@@ -152,8 +213,8 @@ class Fleet:
     def run(self) -> FleetReport:
         """Supervise until stopped (signal, ``request_stop``, or burst done)."""
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self.request_stop)
-            signal.signal(signal.SIGTERM, self.request_stop)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, self.request_stop)
         next_reap = 0.0
         try:
             while not self.stopping.is_set():
@@ -192,4 +253,10 @@ class Fleet:
                 log.warning("fleet.worker_killed", pid=proc.pid, why="drain timeout")
                 proc.kill()
                 proc.wait()
-        log.info("fleet.stopped", workers=len(self.slots), restarts=self.report.restarts)
+        for slot in self.slots:
+            if slot.process is not None:
+                os.close(slot.liveness)
+        log.info(
+            "fleet.stopped", workers=len(self.slots), restarts=self.report.restarts,
+            hung=self.report.hung,
+        )  # fmt: skip

@@ -1,11 +1,54 @@
-"""structlog set-up: JSON lines on stderr, one format for every process."""
+"""structlog set-up: JSON lines on stderr, one format for every process.
+
+Every string of an event, the rendered traceback included, passes through
+``redact`` first: an error that quotes ``redis://:password@host`` or a
+provider's key is logged masked. ``JSONRenderer`` escapes control
+characters, so an event is one line whatever its fields hold.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from shared_state.redact import redact
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """A processor masking secrets in every string value, nested ones included."""
+    return _redacted(event_dict)
+
+
+class _LineLogger(structlog.WriteLogger):
+    """Each line in one write, and a write that never raises.
+
+    One write: workers share the supervisor's stderr, and a line written as
+    text then newline interleaves with another process's. Never raises: after
+    the terminal hangs up, stderr answers EIO, and a lost log line must not
+    stop a task.
+    """
+
+    def msg(self, message: str) -> None:
+        with contextlib.suppress(OSError):
+            super().msg(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
 
 
 def configure(level: str = "info") -> None:
@@ -14,11 +57,12 @@ def configure(level: str = "info") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.dict_tracebacks,
+            redact_secrets,
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=lambda *_: _LineLogger(sys.stderr),
         cache_logger_on_first_use=True,
     )

@@ -1,4 +1,4 @@
-"""The reaper: finds lost work and puts it back, on Redis time.
+"""The reaper: finds lost work and puts it back, and keeps the indexes drained, on Redis time.
 
 Each tick, over the active jobs:
 - claims whose lease expired → the attempt ends (re-queued with attempt + 1,
@@ -7,9 +7,21 @@ Each tick, over the active jobs:
 - tasks queued for longer than ``redeliver_after_ms`` whose RQ envelope is no
   longer waiting in its queue (deleted, or taken by a worker that died before
   claiming), on two ticks in a row → a new envelope;
+- the envelope of an attempt so ended, or of a delivery so lost, is taken out
+  of RQ's registries and set to expire (``Delivery.discard``): RQ never
+  finishes the envelope of a killed worker (once a minute, so are the
+  envelopes RQ holds as started whose worker is gone);
 - jobs found finished → retired (keys set to expire, removed from the active
-  set), which also completes the bookkeeping of a crashed finisher;
-- now and then, ids of expired jobs are pruned from the job index.
+  set), which also completes the bookkeeping of a crashed finisher; an id
+  without a job record is retired once it cannot be a submission in progress.
+
+And every tick, whatever the rate of work (each step O(entries removed)):
+- ids of jobs whose keys have expired leave the job index
+  (``JobStore.prune_index``; once a minute it also checks the oldest ids for
+  records gone without an expiry recorded);
+- workers whose last heartbeat is older than ``stale_worker_ms`` leave the
+  worker index;
+- RQ's finished and failed registries drop the entries of expired envelopes.
 """
 
 from __future__ import annotations
@@ -23,7 +35,11 @@ from shared_state import Role, State, keys
 
 log = structlog.get_logger("redfleet.reaper")
 
-_PRUNE_EVERY_S = 60.0
+FINISHED = ("succeeded", "failed", "cancelled")
+# Longer than any worker's heartbeat TTL (its lease: 10 s by default).
+STALE_WORKER_MS = 10 * 60_000
+_SWEEP_EVERY_S = 60.0
+_SWEEP_BATCH = 200
 
 
 @dataclass
@@ -32,43 +48,74 @@ class ReapReport:
     dead: list[str] = field(default_factory=list)
     redelivered: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)  # RQ ids of superseded envelopes
+    pruned_jobs: int = 0
+    pruned_workers: int = 0
 
 
 class Reaper:
-    def __init__(self, state: State, *, redeliver_after_ms: int) -> None:
+    def __init__(
+        self, state: State, *, redeliver_after_ms: int, stale_worker_ms: int = STALE_WORKER_MS
+    ) -> None:
         self.state = state
         self.redeliver_after_ms = redeliver_after_ms
-        self._next_prune = 0.0
+        self.stale_worker_ms = stale_worker_ms
+        self._next_sweep = 0.0
         self._suspects: dict[tuple[str, str], bytes | None] = {}
 
     def tick(self) -> ReapReport:
         report = ReapReport()
-        if time.monotonic() >= self._next_prune:
-            self.state.jobs.prune_index()
-            self._next_prune = time.monotonic() + _PRUNE_EVERY_S
+        sweep = time.monotonic() >= self._next_sweep
+        if sweep:
+            self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
+        report.pruned_jobs = self.state.jobs.prune_index(batch=_SWEEP_BATCH if sweep else 0)
+        report.pruned_workers = self.state.workers.prune(self.stale_worker_ms)
+        self.state.delivery.trim_registries()
+        stale = self.state.delivery.abandoned() if sweep else []
         active = self.state.jobs.active()
-        if not active:
-            return report
-        for job_id, status in zip(active, self._statuses(active), strict=True):
-            if status is None or status in ("succeeded", "failed", "cancelled"):
-                self.state.jobs.finalize(job_id)
-                report.retired.append(job_id)
-        live = [j for j in active if j not in report.retired]
-        for job_id, task_id in self.state.tasks.expired(live):
-            outcome = self.state.tasks.reap(job_id, task_id)
-            if outcome == "requeued":
-                report.requeued.append(task_id)
-            elif outcome == "dead":
-                report.dead.append(task_id)
-        for job_id, task_id in self._lost_deliveries(live):
-            if self.state.tasks.redeliver(
-                job_id, task_id, self.redeliver_after_ms, "delivery lost: no envelope in queue"
-            ):
-                report.redelivered.append(task_id)
+        if active:
+            self._reap(active, report, stale)
+        stale = list(dict.fromkeys(stale))  # a sweep and a reap may name the same one
+        self.state.delivery.discard(stale)
+        report.discarded = [rq_id for _, rq_id in stale]
         self.state.events.flush()
         if report.requeued or report.dead or report.redelivered:
             log.info("reaper.tick", **{k: v for k, v in report.__dict__.items() if v})
         return report
+
+    def _reap(self, active: list[str], report: ReapReport, stale: list[tuple[Role, str]]) -> None:
+        """Retire finished jobs, end expired attempts, redeliver lost envelopes.
+
+        The envelopes these steps supersede are added to ``stale``.
+        """
+        live = []
+        for job_id, status in zip(active, self._statuses(active), strict=True):
+            if status is None or status in FINISHED:
+                if self.state.jobs.finalize(job_id):
+                    report.retired.append(job_id)
+            else:
+                live.append(job_id)
+        expired = self.state.tasks.expired(live)
+        # Read before reaping: a re-queued attempt gets a new envelope.
+        for (job_id, task_id), (role, envelope) in zip(
+            expired, self._envelopes(expired), strict=True
+        ):
+            outcome = self.state.tasks.reap(job_id, task_id)
+            if outcome is None:
+                continue  # renewed since, or reaped by another reaper
+            if outcome == "requeued":
+                report.requeued.append(task_id)
+            elif outcome == "dead":
+                report.dead.append(task_id)
+            if role is not None and envelope is not None:
+                stale.append((Role(role.decode()), envelope.decode()))
+        for (job_id, task_id), role, envelope in self._lost_deliveries(live):
+            if self.state.tasks.redeliver(
+                job_id, task_id, self.redeliver_after_ms, "delivery lost: no envelope in queue"
+            ):
+                report.redelivered.append(task_id)
+                if envelope is not None:
+                    stale.append((role, envelope.decode()))
 
     def _statuses(self, job_ids: list[str]) -> list[str | None]:
         pipe = self.state.client.pipeline(transaction=False)
@@ -76,26 +123,33 @@ class Reaper:
             pipe.hget(keys.job(job_id), "status")
         return [s.decode() if s else None for s in pipe.execute()]
 
-    def _lost_deliveries(self, job_ids: list[str]) -> list[tuple[str, str]]:
+    def _envelopes(self, pairs: list[tuple[str, str]]) -> list[list[bytes | None]]:
+        """The (role, envelope id) of each task, as stored."""
+        pipe = self.state.client.pipeline(transaction=False)
+        for job_id, task_id in pairs:
+            pipe.hmget(keys.task(job_id, task_id), "role", "envelope")
+        return pipe.execute()
+
+    def _lost_deliveries(
+        self, job_ids: list[str]
+    ) -> list[tuple[tuple[str, str], Role, bytes | None]]:
         """Tasks queued past the grace period whose envelope is not in its queue.
 
         A task seen so on two ticks in a row with the same envelope is lost: a
         worker between RQ's dequeue and its claim is out of the queue for a
-        moment, and must not cause a needless second delivery.
+        moment, and must not cause a needless second delivery. Each comes with
+        its role and its lost envelope's id (None if it never had one).
         """
         waiting = self.state.tasks.queued_since(job_ids, self.redeliver_after_ms)
         if not waiting:
             self._suspects = {}
             return []
-        pipe = self.state.client.pipeline(transaction=False)
-        for job_id, task_id in waiting:
-            pipe.hmget(keys.task(job_id, task_id), "role", "envelope")
-        rows = pipe.execute()
+        rows = self._envelopes(waiting)
         in_queue = self.state.delivery.waiting_ids({Role(r.decode()) for r, _ in rows if r})
-        suspects = {}
+        suspects, roles = {}, {}
         for pair, (role, envelope) in zip(waiting, rows, strict=True):
             if role is not None and (envelope is None or envelope not in in_queue):
-                suspects[pair] = envelope
+                suspects[pair], roles[pair] = envelope, Role(role.decode())
         lost = [pair for pair, env in suspects.items() if self._suspects.get(pair, 0) == env]
         self._suspects = {p: e for p, e in suspects.items() if p not in lost}
-        return lost
+        return [(pair, roles[pair], suspects[pair]) for pair in lost]

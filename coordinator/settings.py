@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName
+
+_REDIS_URL_FORMS = "redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix://PATH[?db=DB]"
 
 
 class Settings(BaseSettings):
     """How redfleet connects and the defaults of its fleet.
 
     Every field can be set as ``REDFLEET_<FIELD>``; the Redis URL also as
-    ``REDIS_URL``.
+    ``REDIS_URL`` (empty: not set). A bad value raises ValidationError;
+    ``env_var`` names the variable behind each error's ``loc``.
     """
 
     model_config = SettingsConfigDict(env_prefix="REDFLEET_", frozen=True)
@@ -44,8 +51,56 @@ class Settings(BaseSettings):
     model: str = Field(default="", description="the provider's model name")
     base_url: str | None = Field(default=None, description="the provider's endpoint")
     script: str = Field(default="demo", description="the scripted provider's scenario")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the lowest level logged (any case)"
+    )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_shape(cls, url: str | None) -> str | None:
+        """redis-py takes ``/x`` as database 0 and no host as localhost: refuse both."""
+        if not url:
+            return None
+        problem = _redis_url_problem(url)
+        if problem:
+            raise ValueError(
+                f"not a Redis URL ({problem}; expected {_REDIS_URL_FORMS}): {redact(url)!r}"
+            )
+        return url
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case(cls, level: object) -> object:
+        return level.lower() if isinstance(level, str) else level
+
+    @classmethod
+    def env_var(cls, loc: str) -> str:
+        """The variable behind an error's ``loc``: a field's ``REDFLEET_<FIELD>``, or the alias."""
+        if loc in cls.model_fields:
+            return f"{cls.model_config['env_prefix']}{loc}".upper()
+        return loc
 
     def provider_choice(self) -> ProviderChoice:
         return ProviderChoice(
             provider=self.provider, model=self.model, base_url=self.base_url, script=self.script
         )
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a Redis URL, or None (the password never appears)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return f"unknown scheme {parts.scheme!r}"
+    if parts.scheme == "unix" and not parts.path:
+        return "no socket path"
+    if parts.scheme != "unix" and not parts.hostname:
+        return "no host"
+    path_db = parts.path.removeprefix("/") if parts.scheme != "unix" else ""
+    db = parse_qs(parts.query).get("db", [path_db])[-1]
+    if db and not re.fullmatch(r"[0-9]+", db):
+        return f"database {db!r} is not a number"
+    return None

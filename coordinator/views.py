@@ -1,8 +1,13 @@
-"""What the CLI shows: JSON documents for scripts, rich tables for people."""
+"""What the CLI shows: JSON documents for scripts, rich tables for people.
+
+Text from users, models and workers is printed through ``text``: one line,
+no escape sequences, rich markup escaped. JSON documents keep it exact.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -14,9 +19,19 @@ from rich.table import Table
 from shared_state import Event, Job, State, Task, WorkerInfo
 
 from .errors import CoordinatorError
+from .text import markup_safe, one_line
 
 # Piped output is not cut to 80 columns: ids stay whole for grep and copy.
-console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`redfleet status | head -1`: the reader has what it wanted, so exit 0 (rich: 1)."""
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
+
+
+console = _Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _iso(ms: int) -> str | None:
@@ -94,9 +109,9 @@ def outcome_doc(state: State, job_id: str) -> dict[str, Any]:
 def print_outcome(doc: dict[str, Any]) -> None:
     """The demo's summary for people."""
     table(f"job {doc['job_id']}: {doc['status']}", doc["tasks"], TASK_COLUMNS)
-    usage = doc["usage"]
+    usage, provider = doc["usage"], markup_safe(doc["provider"])
     console.print(
-        f"model calls: {usage['calls']} ({doc['provider']}); tokens in {usage['input_tokens']}, "
+        f"model calls: {usage['calls']} ({provider}); tokens in {usage['input_tokens']}, "
         f"cached {usage['cached_tokens']}, out {usage['output_tokens']}; "
         f"priced at ${usage['cost_usd']:.4f} had a model been paid"
     )
@@ -109,13 +124,13 @@ def print_outcome(doc: dict[str, Any]) -> None:
         ]  # fmt: skip
         table("reviewer's verdict", rows, ["feature", "passes", "check", "evidence"])
         files = ", ".join(f"{p} ({a})" for p, a in report["workspace"].items())
-        console.print(f"workspace: {files}")
+        console.print(f"workspace: {markup_safe(files)}")
     for sub in doc["subagents"]:
         console.print(
-            f"subagent {sub['name']} ({sub['task_id']}): summary {sub['summary']}, "
+            f"subagent {markup_safe(sub['name'])} ({sub['task_id']}): summary {sub['summary']}, "
             f"{sub['tokens']} of {sub['cap']} tokens"
         )
-    env = f"REDIS_URL={doc['redis_url']}"
+    env = markup_safe(f"REDIS_URL={doc['redis_url']}")
     console.print(
         f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further, on the "
         f"demo's own Redis:\n"
@@ -125,7 +140,7 @@ def print_outcome(doc: dict[str, Any]) -> None:
         f"  redfleet show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
         f"  redfleet show ARTIFACT_ID --lines 1:20\n"
         f"It keeps running for that; stop it with "
-        f"`REDFLEET_HOME={doc['redis_home']} redfleet server stop`.",
+        f"`REDFLEET_HOME={markup_safe(doc['redis_home'])} redfleet server stop`.",
         soft_wrap=True,
     )
 
@@ -177,15 +192,24 @@ def workers_doc(workers: Iterable[WorkerInfo]) -> list[dict[str, Any]]:
 
 
 def print_json(doc: Any) -> None:
-    print(json.dumps(doc, indent=2))
+    write_line(json.dumps(doc, indent=2))
+
+
+def write_line(text: str) -> None:
+    """Print one line now; a reader that closed the pipe ends the command with exit 0."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        console.on_broken_pipe()
 
 
 def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    t = Table(title=title, title_justify="left")
+    """A rich table; title and cells are printed as text, never read as markup."""
+    t = Table(title=markup_safe(title), title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        t.add_row(*("" if row.get(c) is None else markup_safe(str(row.get(c))) for c in columns))
     console.print(t)
 
 
@@ -193,7 +217,7 @@ _EVENT_KEYS = ("id", "event", "ts", "job_id", "task_id", "worker", "token")
 
 
 def event_line(event: Event) -> str:
-    """One readable line: time, event, ids, then the event's own fields."""
+    """One readable line: time, event, ids, then the event's own fields (``one_line``)."""
     doc = event.to_json_dict()
     head = [event.ts.strftime("%H:%M:%S.%f")[:-3], f"{event.event:<15}"]
     head += [str(doc[k]) for k in ("job_id", "task_id") if k in doc]
@@ -202,4 +226,4 @@ def event_line(event: Event) -> str:
     if "token" in doc:
         head.append(f"token={doc['token']}")
     head += [f"{k}={v}" for k, v in doc.items() if k not in _EVENT_KEYS]
-    return " ".join(head)
+    return one_line(" ".join(head))

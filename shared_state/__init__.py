@@ -12,18 +12,20 @@ from .artifacts import (
     MemoryArtifacts,
     Trust,
 )
-from .budget import BudgetState, TokenBudget
+from .budget import BudgetState, Reservation, TokenBudget
 from .delivery import Delivery, Envelope, queue_name
 from .errors import (
     BudgetExceeded,
     Code,
     ConnectionFailed,
     Fenced,
+    ForeignTarget,
     JobFinished,
     JobNotFound,
     NotFound,
     ServerNotFound,
     StateError,
+    SubmitUnconfirmed,
     TaskNotFound,
 )
 from .events import EventLog
@@ -64,6 +66,7 @@ __all__ = [
     "Event",
     "EventLog",
     "Fenced",
+    "ForeignTarget",
     "Job",
     "JobFinished",
     "JobNotFound",
@@ -75,11 +78,13 @@ __all__ = [
     "NotFound",
     "Records",
     "RedisServer",
+    "Reservation",
     "Role",
     "Scenario",
     "ServerNotFound",
     "State",
     "StateError",
+    "SubmitUnconfirmed",
     "Task",
     "TaskNotFound",
     "TaskStatus",

@@ -2,16 +2,24 @@
 
 Each model call reserves its estimated tokens (``reserveTokens``, atomic)
 before it is sent and settles with the real usage afterwards; a call that
-would overrun the budget raises ``BudgetExceeded`` and is never sent.
+would overrun the budget raises ``BudgetExceeded`` and is never sent. A
+reservation has an id, so a retried reserve or settle (a reply lost on the
+wire) counts once, and one never settled (its worker died mid-call) is
+dropped after ``RESERVATION_TTL_MS``.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 from . import keys
 from .errors import BudgetExceeded, Code
 from .scripts import Runner
+
+# Longer than any model call can take with its retries; a call settled later
+# than this is not charged (its reservation was already given back).
+RESERVATION_TTL_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,15 @@ class BudgetState:
         return None if not self.limit else self.limit - self.used - self.reserved
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """Tokens held for one model call until it is settled."""
+
+    id: str
+    tokens: int
+    state: BudgetState
+
+
 class TokenBudget:
     def __init__(self, runner: Runner, job_id: str) -> None:
         self.runner = runner
@@ -34,16 +51,19 @@ class TokenBudget:
     def set_limit(self, limit: int) -> None:
         self.runner.client.hset(self.key, mapping={"limit": limit, "used": 0, "reserved": 0})
 
-    def reserve(self, tokens: int) -> BudgetState:
+    def reserve(self, tokens: int) -> Reservation:
         """Reserve ``tokens`` for one call; BudgetExceeded if it would overrun."""
-        res = self.runner.run("reserveTokens", self.job_id, [self.key], [tokens])
+        rid = secrets.token_hex(8)
+        res = self.runner.run(
+            "reserveTokens", self.job_id, [self.key], [rid, tokens, RESERVATION_TTL_MS]
+        )
         if res.code == Code.OVER_BUDGET:
             raise BudgetExceeded(self.job_id, tokens, int(res.data["remaining"]))
-        return _state(res.data)
+        return Reservation(rid, tokens, _state(res.data))
 
-    def settle(self, reserved: int, used: int) -> BudgetState:
-        """Release a reservation of ``reserved`` tokens, charging the ``used`` ones."""
-        res = self.runner.run("settleTokens", self.job_id, [self.key], [reserved, used])
+    def settle(self, reservation: Reservation, used: int) -> BudgetState:
+        """Give back ``reservation``, charging the ``used`` tokens (once, however often called)."""
+        res = self.runner.run("settleTokens", self.job_id, [self.key], [reservation.id, used])
         return _state(res.data)
 
     def state(self) -> BudgetState:

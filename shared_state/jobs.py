@@ -8,13 +8,17 @@ import redis
 
 from . import keys
 from .delivery import Delivery, Envelope
-from .errors import Code, JobFinished, JobNotFound
+from .errors import Code, ConnectionFailed, JobFinished, JobNotFound, SubmitUnconfirmed
 from .events import DEFAULT_JOB_MAXLEN, EventLog
 from .models import Job, JobSpec, JobStatus, Role
-from .scripts import Runner, server_ms
+from .redact import redact
+from .scripts import Runner, server_ms, to_ms
 from .tasks import new_task_id
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
+# An indexed id without a record this young may be a submission still writing it.
+SUBMIT_GRACE_MS = 60_000
+_PRUNE_CHUNK = 1_000  # ids per round trip when pruning the job index
 
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -40,12 +44,16 @@ class JobStore:
     def submit(self, spec: JobSpec) -> Job:
         """Record the job and its root planner task, then deliver the task.
 
-        The records are written in one MULTI before the envelope is sent: a
-        crash in between leaves a queued task that the reaper redelivers.
+        The id is chosen here and every step is idempotent, so a reply lost on
+        the wire is retried without a second job, and the caller always learns
+        the id (``SubmitUnconfirmed`` names it when Redis stays away). The
+        cross-job indexes come first, then the job's records (one script),
+        then the envelope: a crash after the indexes leaves an id the reaper
+        drops once it is old enough; a crash before the envelope leaves a
+        queued task that the reaper redelivers.
         """
         job_id = f"j-{secrets.token_hex(6)}"
         root = new_task_id(Role.PLANNER)
-        now = server_ms(self.client)
         job = Job(
             job_id=job_id,
             goal=spec.goal,
@@ -54,53 +62,42 @@ class JobStore:
             max_attempts=spec.max_attempts,
             status=JobStatus.QUEUED,
             root_task=root,
-            created_ms=now,
+            created_ms=0,  # set by the script, on Redis time
         )
-        with self.client.pipeline() as pipe:
-            pipe.hset(
-                keys.job(job_id),
-                mapping={
-                    **job.model_dump(mode="json"),
-                    "stream_maxlen": self.job_maxlen,
-                    "retention_ms": self.retention_s * 1000,
-                },
+        fields = {
+            **job.model_dump(mode="json", exclude={"created_ms"}),
+            "stream_maxlen": self.job_maxlen,
+            "retention_ms": self.retention_s * 1000,
+        }
+        try:
+            now = server_ms(self.client)
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.zadd(keys.JOBS, {job_id: now}, nx=True)
+                pipe.sadd(keys.ACTIVE_JOBS, job_id)
+                pipe.execute()
+            res = self.runner.run(
+                "submitJob",
+                job_id,
+                [
+                    keys.job(job_id),
+                    keys.task(job_id, root),
+                    keys.budget(job_id),
+                    keys.tasks(job_id),
+                    keys.queued(job_id),
+                    keys.job_events(job_id),
+                ],
+                [
+                    root,
+                    spec.token_budget,
+                    spec.goal[:200],
+                    *(x for kv in fields.items() for x in kv),
+                ],
             )
-            pipe.hset(
-                keys.task(job_id, root),
-                mapping={
-                    "task_id": root,
-                    "job_id": job_id,
-                    "role": Role.PLANNER.value,
-                    "parent_id": "",
-                    "brief": spec.goal[:200],
-                    "status": "queued",
-                    "attempt": 1,
-                    "token": 0,
-                    "owner": "",
-                    "lease_until": 0,
-                    "pending": 0,
-                    "stage": "",
-                    "created_ms": now,
-                    "queued_ms": now,
-                },
-            )
-            pipe.hset(
-                keys.budget(job_id), mapping={"limit": spec.token_budget, "used": 0, "reserved": 0}
-            )
-            pipe.sadd(keys.tasks(job_id), root)
-            pipe.zadd(keys.queued(job_id), {root: now})
-            pipe.zadd(keys.JOBS, {job_id: now})
-            pipe.sadd(keys.ACTIVE_JOBS, job_id)
-            for event, fields in (
-                ("job.submitted", {"goal": spec.goal[:200], "scenario": spec.scenario.value}),
-                ("task.queued", {"task_id": root, "role": Role.PLANNER.value}),
-            ):
-                self.events.append(
-                    event, fields, job_id=job_id, job_maxlen=self.job_maxlen, pipeline=pipe
-                )
-            pipe.execute()
-        self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
-        return job
+            self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
+            self.events.flush()  # a new job shows in `redfleet logs` at once
+        except (redis.ConnectionError, redis.TimeoutError, ConnectionFailed) as exc:
+            raise SubmitUnconfirmed(job_id, redact(str(exc))) from exc
+        return job.model_copy(update={"created_ms": int(res.data["created_ms"])})
 
     def get(self, job_id: str) -> Job:
         raw = self.client.hgetall(keys.job(job_id))
@@ -109,31 +106,54 @@ class JobStore:
         return Job.model_validate(_decode(raw))
 
     def list(self, limit: int = 50) -> list[Job]:
-        """The most recent jobs, newest first; ids whose records expired are pruned."""
+        """The most recent jobs, newest first; ids without a record are skipped.
+
+        Such an id is a job whose keys expired (``prune_index`` drops it) or a
+        submission still writing its records (``submit`` indexes the id
+        first), so it is not removed here.
+        """
         ids = [i.decode() for i in self.client.zrevrange(keys.JOBS, 0, limit - 1)]
         pipe = self.client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(keys.job(job_id))
-        jobs, gone = [], []
-        for job_id, raw in zip(ids, pipe.execute(), strict=True):
-            if raw:
-                jobs.append(Job.model_validate(_decode(raw)))
-            else:
-                gone.append(job_id)
-        if gone:
-            self.client.zrem(keys.JOBS, *gone)
-        return jobs
+        return [Job.model_validate(_decode(raw)) for raw in pipe.execute() if raw]
 
     def prune_index(self, batch: int = 200) -> int:
-        """Drop the oldest ids from the job index whose records have expired."""
-        ids = [i.decode() for i in self.client.zrange(keys.JOBS, 0, batch - 1)]
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.exists(keys.job(job_id))
-        gone = [j for j, exists in zip(ids, pipe.execute(), strict=True) if not exists]
-        if gone:
-            self.client.zrem(keys.JOBS, *gone)
-        return len(gone)
+        """Drop from the job index the ids whose records have expired; returns how many.
+
+        ``_expire`` records in the expiring index when a finished job's keys
+        expire; every id whose time has passed is dropped, however many —
+        O(ids due), no scan — so the index drains as fast as jobs finish.
+        Then the oldest ``batch`` ids are checked for a record gone without
+        an expiry recorded (a job finished before the expiring index existed,
+        a record deleted by hand); one indexed less than ``SUBMIT_GRACE_MS``
+        ago may be a submission still writing and stays.
+        """
+        now = server_ms(self.client)
+        pruned = 0
+        while True:
+            due = self.client.zrangebyscore(
+                keys.EXPIRING_JOBS, "-inf", now, start=0, num=_PRUNE_CHUNK
+            )
+            if not due:
+                break
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys.JOBS, *due)
+                pipe.zrem(keys.EXPIRING_JOBS, *due)
+                pruned += pipe.execute()[0]
+            if len(due) < _PRUNE_CHUNK:
+                break
+        if batch:
+            oldest = self.client.zrangebyscore(
+                keys.JOBS, "-inf", now - SUBMIT_GRACE_MS, start=0, num=batch
+            )
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in oldest:
+                pipe.exists(keys.job(job_id.decode()))
+            gone = [j for j, exists in zip(oldest, pipe.execute(), strict=True) if not exists]
+            if gone:
+                pruned += self.client.zrem(keys.JOBS, *gone)
+        return pruned
 
     def active(self) -> list[str]:
         return sorted(i.decode() for i in self.client.smembers(keys.ACTIVE_JOBS))
@@ -159,24 +179,43 @@ class JobStore:
         self._expire(job_id, [], retention_ms)
 
     def finalize(self, job_id: str) -> bool:
-        """Retire a finished job and set every key of it to expire.
+        """Retire a finished job and set every key of it to expire; False if left alone.
 
         Unlike ``retire`` this also covers the tasks a failed or cancelled job
         left unfinished. Idempotent; the reaper calls it for any active job
         found finished, so a crash right after a job's last script loses nothing.
+        An active id without a record is retired too (its records expired, or
+        a submission died before writing them) once it was indexed at least
+        ``SUBMIT_GRACE_MS`` ago by Redis time, or is not indexed at all;
+        younger, it may be a submission still writing.
         """
         status, retention_ms = self.client.hmget(keys.job(job_id), "status", "retention_ms")
-        if status is not None and not JobStatus(status.decode()).finished:
+        if status is None:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.zscore(keys.JOBS, job_id)
+                pipe.time()
+                indexed, now = pipe.execute()
+            if indexed is not None and to_ms(now) - indexed < SUBMIT_GRACE_MS:
+                return False
+        elif not JobStatus(status.decode()).finished:
             return False
         task_ids = [t.decode() for t in self.client.smembers(keys.tasks(job_id))]
         self._expire(job_id, [keys.task(job_id, t) for t in task_ids], retention_ms)
         return True
 
     def _expire(self, job_id: str, extra: list[str], retention_ms: bytes | None) -> None:
-        """Set the job's keys (and ``extra``) to expire after its own retention."""
+        """Set the job's keys (and ``extra``) to expire after its own retention.
+
+        When they expire (Redis time) goes to the expiring index, from which
+        ``prune_index`` drops the id from the job index. No ``retention_ms``
+        means no job record: nothing of it is kept, and its id goes at the
+        next prune.
+        """
         ttl_ms = int(retention_ms) if retention_ms else self.retention_s * 1000
+        now = server_ms(self.client)
         with self.client.pipeline(transaction=False) as pipe:
             for key in [*keys.job_keys(job_id), *extra]:
                 pipe.pexpire(key, ttl_ms)
+            pipe.zadd(keys.EXPIRING_JOBS, {job_id: now + ttl_ms if retention_ms else now})
             pipe.srem(keys.ACTIVE_JOBS, job_id)
             pipe.execute()

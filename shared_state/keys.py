@@ -11,8 +11,9 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
     rf:{<job>}:queued            zset   queued task id -> queued since (ms)
     rf:{<job>}:events            stream the job's events (capped)
-    rf:{<job>}:budget            hash   the job's token budget: limit, used, reserved
+    rf:{<job>}:budget            hash   token budget: limit, used, reserved, r:<id> reservations
     rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
+    rf:{<job>}:usage:calls       set    ids of the model calls counted in usage (retries count once)
     rf:{<job>}:artifacts         zset   artifact id -> stored at (ms)
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
     rf:{<job>}:journal           hash   idempotency key -> journaled tool call (intent, result)
@@ -21,6 +22,7 @@ are never touched by the same script as a job's keys.
 
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
+    rf:jobs:expiring             zset   finished job id -> when its keys expire (ms)
     rf:events                    stream every job's events (capped)
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
@@ -34,6 +36,7 @@ PREFIX = "rf"
 
 JOBS = f"{PREFIX}:jobs"
 ACTIVE_JOBS = f"{PREFIX}:jobs:active"
+EXPIRING_JOBS = f"{PREFIX}:jobs:expiring"
 EVENTS = f"{PREFIX}:events"
 WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
 
@@ -74,6 +77,10 @@ def usage(job_id: str) -> str:
     return f"{_tag(job_id)}:usage"
 
 
+def usage_calls(job_id: str) -> str:
+    return f"{_tag(job_id)}:usage:calls"
+
+
 def artifacts(job_id: str) -> str:
     return f"{_tag(job_id)}:artifacts"
 
@@ -108,6 +115,7 @@ def job_keys(job_id: str) -> list[str]:
         job_events(job_id),
         budget(job_id),
         usage(job_id),
+        usage_calls(job_id),
         artifacts(job_id),
         journal(job_id),
         checkpoints(job_id),

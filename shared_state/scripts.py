@@ -13,6 +13,13 @@ integers or hashes as HGETALL returns them; and the events it appended to the
 job stream, each a list of its stream id and its fields. Nothing is encoded to
 JSON in Lua or decoded from it here: on the hot path (a claim) that is a
 fifth of the script's time.
+
+The client re-sends a script whose reply was lost (``client.ClientOptions``),
+so every script is idempotent for its caller: by the caller's fencing token
+for an owner's writes, by an id the caller chose for a submit, a token
+reservation or a usage record. The one exception is the global mirror: a
+batch re-sent after a lost reply can appear twice in ``rf:events`` (never in
+a job's own stream, which is the record).
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ import redis
 from . import keys
 from .artifacts import ArtifactNotFound, ArtifactStore
 from .budget import TokenBudget
+from .client import ClientOptions, connect
 from .delivery import Delivery
 from .errors import ConnectionFailed
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
 from .heartbeats import WorkerRegistry
 from .jobs import DEFAULT_RETENTION_S, JobStore
 from .records import Records
+from .redact import redact
 from .scripts import Runner
 from .tasks import TaskStore
 from .usage import JobUsage
@@ -40,18 +42,23 @@ class State:
         self.workers = WorkerRegistry(self.runner)
 
     @classmethod
-    def connect(cls, url: str, **options: int) -> State:
-        """Connect to ``url`` and check the server answers; ConnectionFailed if not."""
-        try:
-            client = redis.Redis.from_url(url, socket_connect_timeout=3, health_check_interval=30)
-        except ValueError as exc:
-            raise ConnectionFailed(f"bad Redis URL {url!r}: {exc}") from exc
+    def connect(
+        cls, url: str, *, client_options: ClientOptions | None = None, **options: int
+    ) -> State:
+        """Connect to ``url`` and check the server answers; ConnectionFailed if not.
+
+        The client retries connection errors with backoff (``ClientOptions``);
+        a server still unreachable after that is an error here, not later.
+        """
+        client = connect(url, client_options)
         try:
             client.ping()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ConnectionFailed(f"cannot reach Redis at {url}: {exc}") from exc
+            client.close()
+            raise ConnectionFailed(redact(f"cannot reach Redis at {url}: {exc}")) from exc
         except redis.ResponseError as exc:
-            raise ConnectionFailed(f"Redis at {url} refused: {exc}") from exc
+            client.close()
+            raise ConnectionFailed(redact(f"Redis at {url} refused: {exc}")) from exc
         return cls(client, **options)
 
     def budget(self, job_id: str) -> TokenBudget:

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import keys
 from .delivery import Delivery, Envelope
-from .errors import Code, Fenced, JobFinished, StateError, TaskNotFound
+from .errors import Code, Fenced, ForeignTarget, JobFinished, StateError, TaskNotFound
 from .models import Claim, Job, Role, Task
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 
@@ -137,7 +137,8 @@ class TaskStore:
             [claim.token, claim.owner, result],
         )
         self._check(res, claim)
-        done = Completion(res.data["parent_requeued"], res.data["job_finished"] == 1)
+        # Integers on the first reply, strings when a retry is answered from the record.
+        done = Completion(res.data["parent_requeued"], int(res.data["job_finished"]) == 1)
         if done.parent_requeued:
             parent_role = Role(res.data["parent_role"])
             self.delivery.send([Envelope(claim.job_id, done.parent_requeued, parent_role)])
@@ -193,7 +194,11 @@ class TaskStore:
         return ids
 
     def owner_write(self, claim: Claim, writes: Sequence[tuple[str, str, str]]) -> None:
-        """Fenced HSETs into hashes of the claim's job: (key, field, value) each."""
+        """Fenced HSETs into the record hashes of the claim's job: (key, field, value) each.
+
+        The keys must be the job's journal, checkpoints or workspace; any other
+        raises ForeignTarget and nothing is written.
+        """
         targets = list(dict.fromkeys(key for key, _, _ in writes))
         args = [x for key, f, v in writes for x in (targets.index(key) + 1, f, v)]
         res = self.runner.run(
@@ -218,6 +223,8 @@ class TaskStore:
             raise JobFinished(claim.job_id, res.data.get("job_status", "finished"))
         if res.code == Code.NOT_FOUND:
             raise TaskNotFound(claim.task_id)
+        if res.code == Code.FOREIGN_TARGET:
+            raise ForeignTarget(claim.task_id, res.data["key"])
         raise StateError(f"unexpected script code {res.code} for task {claim.task_id}")
 
     # -- the reaper's writes -----------------------------------------------------

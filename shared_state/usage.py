@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from pydantic import BaseModel, ConfigDict
 
 from . import keys
@@ -46,9 +48,23 @@ class JobUsage:
         output_tokens: int,
         cost_usd: float,
         compaction: bool = False,
+        event: dict[str, str | int] | None = None,
     ) -> Usage:
-        args = [input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6), int(compaction)]
-        res = self.runner.run("recordUsage", self.job_id, [self.key], args)
+        """Count one model call (once, however often the reply is lost and the call re-sent).
+
+        ``event`` holds the fields of the call's ``model.called`` event (task,
+        worker, step, provider, model, kind), written in the same atomic step.
+        """
+        call_id = secrets.token_hex(8)
+        args = [call_id, input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6)]
+        args += [int(compaction), *(x for pair in (event or {}).items() for x in pair)]
+        usage_keys = [
+            self.key,
+            keys.usage_calls(self.job_id),
+            keys.job(self.job_id),
+            keys.job_events(self.job_id),
+        ]
+        res = self.runner.run("recordUsage", self.job_id, usage_keys, args)
         return Usage.from_hash(res.data["usage"])
 
     def get(self) -> Usage:

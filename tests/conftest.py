@@ -18,6 +18,8 @@ import pytest
 from coordinator.fleet import Fleet, FleetSpec
 from shared_state import Event, RedisServer, ServerNotFound, State
 
+from .processes import Up, launching
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
@@ -94,3 +96,10 @@ def start_fleet(state: State, redis_url: str) -> Iterator[Callable[..., RunningF
     yield start
     for r in running:
         r.stop()
+
+
+@pytest.fixture
+def up_process() -> Iterator[Callable[..., Up]]:
+    """Start real ``redfleet up`` processes; after the test none of them nor their workers runs."""
+    with launching() as start:
+        yield start

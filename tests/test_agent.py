@@ -10,6 +10,7 @@ from workers.agent import AgentLimits, AgentLoop, Tool, ToolBox
 from workers.context import CallLedger, ContextEngine, WorkingState
 from workers.llm import OpenAIProvider, RetryPolicy, Scenario, ScriptedProvider
 
+from .conftest import events_named
 from .loopback import Loopback
 
 
@@ -131,3 +132,21 @@ def test_a_tool_of_another_phase_is_refused_like_an_unknown_one() -> None:
 def test_two_tools_with_one_name_are_a_mistake_caught_at_once() -> None:
     with pytest.raises(ValueError, match="given twice: add"):
         ToolBox([ADD, ADD])
+
+
+def test_every_step_records_latency_tool_result_bytes_and_state_bytes_in_its_event(
+    state: State,
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=100_000))
+    add = {"tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}]}
+    provider = ScriptedProvider(scenario(add, {"text": "42"}), "coder")
+    ledger = CallLedger(job=state.usage(job.job_id))
+    loop(provider, ledger=ledger).run(SYSTEM, WorkingState(goal="add"), [])
+    first, second = ledger.calls
+    assert first.tool_result_bytes == 0 and second.tool_result_bytes == len(b"42")
+    assert all(c.latency_ms > 0 and c.state_bytes > 0 for c in ledger.calls)
+    events = events_named(state, job.job_id, "model.called")
+    assert [int(e.tool_result_bytes) for e in events] == [0, 2]
+    sizes = [c.state_bytes for c in ledger.calls]
+    assert [int(e.state_bytes) for e in events] == sizes
+    assert [getattr(e, "tool", "") for e in events] == ["add", ""]  # empty fields are not kept

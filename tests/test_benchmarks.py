@@ -1,4 +1,4 @@
-"""The benchmark runs end to end and reports every ratio (its numbers are not judged here)."""
+"""The benchmarks run end to end in a tiny configuration (their numbers are not judged here)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,46 @@ def test_claims_benchmark_quick_run_reports_the_ratios_beside_the_raw_rates() ->
     assert run["raw"]["fleet"]["failed_jobs"] == 0
     assert run["raw"]["fleet"]["fenced_events"] == 0
     assert run["raw"]["ceiling"]["claim"]["won"] == run["raw"]["ceiling"]["evalsha"]["won"]
+
+
+SOAK_TINY = [
+    "--duration", "4", "--rate", "5", "--fault-every", "0.6", "--outage", "0.5",
+    "--stop-s", "2", "--stall-s", "1", "--lease-ms", "1000", "--retention", "2",
+    "--drain", "30", "--observe", "2", "--planners", "1", "--coders", "2", "--reviewers", "1",
+    "--slow-share", "0.1",
+]  # fmt: skip
+
+
+def test_soak_tiny_run_injects_every_fault_and_accounts_for_every_job() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), *SOAK_TINY, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert set(doc["faults"]) == {
+        "redis_kill", "worker_kill", "worker_stop", "drop_reply", "stall", "sever"
+    }  # fmt: skip
+    jobs = doc["jobs"]
+    assert jobs["submitted"] > 0
+    ended = sum(jobs[k] for k in ("succeeded", "failed", "cancelled", "running", "lost"))
+    assert ended == jobs["submitted"]
+    assert jobs["stuck"] + jobs["records_gone"] <= jobs["lost"]
+    memory = doc["memory"]
+    assert 0 < memory["before"]["keys"] <= memory["peak"]["keys"]
+    assert memory["after"]["used_memory"] > 0
+    assert isinstance(doc["tasks_succeeded_twice"], int) and isinstance(doc["orphans"], list)
+    assert doc["fleet"]["report"] is not None  # the fleet stopped on SIGTERM and reported
+
+
+def test_soak_refuses_an_unknown_fault_as_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--faults", "redis_kill,flood"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "unknown fault" in proc.stderr

@@ -22,12 +22,12 @@ def _spend(url, job_id, seed, barrier, out):
     for _ in range(200):
         want = rng.randint(50, 900)
         try:
-            budget.reserve(want)
+            held = budget.reserve(want)
         except BudgetExceeded:
             refused += 1
             continue
         used = rng.randint(0, want)
-        budget.settle(want, used)
+        budget.settle(held, used)
         granted += used
     out.put((granted, refused))
 
@@ -65,4 +65,4 @@ def test_a_call_over_the_budget_is_refused_before_it_is_sent(state: State) -> No
 
 def test_a_job_without_a_budget_never_refuses(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    assert state.budget(job.job_id).reserve(10**9).limit == 0
+    assert state.budget(job.job_id).reserve(10**9).state.limit == 0

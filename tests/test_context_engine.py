@@ -88,29 +88,66 @@ def test_tools_are_those_of_the_current_phase_and_pruned_to_fit() -> None:
     assert any("tools pruned" in a for a in prompt.actions)
 
 
-def test_an_oversized_state_is_compacted_into_an_archive_artifact() -> None:
+def test_an_oversized_state_is_compacted_into_an_index_artifact() -> None:
     sink = MemoryArtifacts()
     state = WorkingState(goal="g").apply_model_update(
         step=1, facts=[(f"fact {i}: ACCT-{10_000 + i} " + words(40), "t") for i in range(40)]
     )
-    small = budgets(
-        slots={**DEFAULT_BUDGETS.slots, Slot.STATE: slot(1_500, Overflow.COMPACT_STATE)}
+    prompt = ContextEngine(sink).build(request(state=state))
+    notes = sum(TOK.count(f.model_dump_json()) for f in prompt.state.facts)
+    assert 0 < len(prompt.state.facts) < 40 and notes <= DEFAULT_BUDGETS.state.notes
+    assert prompt.state.goal == "g" and prompt.state.archived["facts"] == 40 - len(
+        prompt.state.facts
     )
-    prompt = ContextEngine(sink, budgets=small).build(request(state=state))
-    assert len(prompt.state.facts) == 5 and prompt.state.goal == "g"
-    (archive,) = [r for r in sink.refs() if r.kind == "state-archive"]
-    assert "ACCT-10000" in sink.text(archive.id)
+    (index,) = [r for r in sink.refs() if r.kind == "state-index"]
+    assert prompt.state.index == index.id and "ACCT-10000" in sink.text(index.id)
     assert "ACCT-10000" in prompt.state.identifiers
 
 
-def test_a_large_tool_result_keeps_a_head_and_the_handle_of_the_full_text() -> None:
+def test_a_large_result_the_model_has_not_seen_stays_whole() -> None:
     sink = MemoryArtifacts()
     page = words(3_000, "p")
+    assert TOK.count(page) > 1_000
     prompt = ContextEngine(sink).build(request(step(1, page)))
-    kept = prompt.history[1]
-    assert TOK.count(kept.content) <= DEFAULT_BUDGETS.max_result_tokens
+    assert prompt.history[1].content == page and not sink.refs()
+
+
+def test_two_results_of_one_turn_are_both_whole_in_the_next_call() -> None:
+    calls = (ToolCall(id="a", name="fetch"), ToolCall(id="b", name="fetch"))
+    older = [m for i in range(4) for m in step(i, words(1_500, f"old{i}"))]
+    history = [
+        *older,
+        Message(role="assistant", content="both", tool_calls=calls),
+        Message(role="tool", content=words(1_500, "A"), tool_call_id="a", name="fetch"),
+        Message(role="tool", content=words(1_500, "B"), tool_call_id="b", name="fetch"),
+    ]
+    prompt = ContextEngine(MemoryArtifacts()).build(request(history))
+    assert [m.content for m in prompt.history[-2:]] == [words(1_500, "A"), words(1_500, "B")]
+    assert any(m.content.startswith("[tool result cleared:") for m in prompt.history)
+
+
+def test_a_batch_over_the_results_slot_is_cut_to_shares_with_a_reader_for_the_rest() -> None:
+    sink = MemoryArtifacts()
+    lines = [f"line {n}: " + words(12, f"l{n}_") for n in range(1, 501)]
+    lines[400] = "line 401: account ACCT-7Q2X9 owns 3f2b8c1e-9a4d-4e7b-b1c2-5d6e7f8a9b0c"
+    text = "\n".join(lines)
+    calls = (ToolCall(id="a", name="read_file"), ToolCall(id="b", name="read_file"))
+    history = [
+        Message(role="assistant", content="read both", tool_calls=calls),
+        Message(role="tool", content=text, tool_call_id="a", name="read_file"),
+        Message(role="tool", content=words(100), tool_call_id="b", name="read_file"),
+    ]
+    reader = ToolSpec("read_lines", "read lines", {"type": "object"})
+    prompt = ContextEngine(sink).build(request(history, tools=[reader]))
+    cut = prompt.history[1].content
+    assert prompt.history[2].content == words(100)  # the small one stays whole
+    assert TOK.count_messages(prompt.history[1:]) <= DEFAULT_BUDGETS.tokens(Slot.RESULTS)
     (ref,) = sink.refs()
-    assert ref.id in kept.content and sink.text(ref.id) == page and ref.trust == "untrusted"
+    assert sink.text(ref.id) == text and ref.id in cut
+    shown = int(cut.split("shown")[0].split("lines 1-")[1].split(" ")[0])
+    assert f'read_lines(id="{ref.id}", start={shown + 1}, end=500)' in cut
+    # Identifiers from the part not shown are in the mark, whole.
+    assert "ACCT-7Q2X9" in cut and "3f2b8c1e-9a4d-4e7b-b1c2-5d6e7f8a9b0c" in cut
 
 
 def test_an_oversized_reference_keeps_a_head_and_the_handle_of_the_full_text() -> None:
@@ -124,7 +161,7 @@ def test_an_oversized_reference_keeps_a_head_and_the_handle_of_the_full_text() -
 
 
 def test_retrieved_items_drop_the_lowest_scored_first() -> None:
-    items = [Retrieved(words(1_500, s), score) for s, score in (("a", 0.9), ("b", 0.1), ("c", 0.5))]
+    items = [Retrieved(words(1_200, s), score) for s, score in (("a", 0.9), ("b", 0.1), ("c", 0.5))]
     assert (
         2 * TOK.count(items[0].text)
         < DEFAULT_BUDGETS.tokens(Slot.RETRIEVED)
@@ -135,18 +172,31 @@ def test_retrieved_items_drop_the_lowest_scored_first() -> None:
     assert kept == ["a0", "c0"]
 
 
+def index_chain(sink: MemoryArtifacts, index: str) -> str:
+    """Everything the state's index artifacts hold, following each to the one before."""
+    text = ""
+    while index:
+        part = sink.text(index)
+        text += part
+        index = json.loads(part)["previous"]
+    return text
+
+
 def test_the_tail_rolls_whole_turns_into_state_keeping_every_identifier() -> None:
     sink = MemoryArtifacts()
     history = []
     for i in range(60):
         history += step(i, f"ok {i}")
-        history.append(Message(role="user", content=f"note src/mod_{i}/file_{i}.py " + words(60)))
+        history.append(
+            Message(role="assistant", content=f"note src/mod_{i}/file_{i}.py " + words(60))
+        )
     prompt = ContextEngine(sink).build(request(history))
     assert len(prompt.history) < len(history)
     rolled = history[: len(history) - len(prompt.history)]
     named = [f"src/mod_{i}/file_{i}.py" for i in range(60)]
-    in_state = [n for n in named if n in prompt.state.render()]
-    assert set(in_state) >= {n for n in named if any(n in m.content for m in rolled)}
+    kept = prompt.state.render() + index_chain(sink, prompt.state.index)
+    left = {n for n in named if any(n in m.text() for m in rolled)}
+    assert left and {n for n in named if n in kept} >= left
     assert prompt.state.dropped == ()
     # Whole turns: every remaining tool result still follows its call.
     for turn in turns(prompt.history):
@@ -155,10 +205,38 @@ def test_the_tail_rolls_whole_turns_into_state_keeping_every_identifier() -> Non
     assert prompt.history[0].role != "tool"
 
 
+def test_what_the_user_said_is_pinned_verbatim_when_its_turn_rolls() -> None:
+    sink = MemoryArtifacts()
+    decision = "Use the staging bucket, not prod. Cap it at 4,750 requests per minute."
+    history = [Message(role="user", content=decision)]
+    engine = ContextEngine(sink)
+    state = WorkingState(goal="audit")
+    for i in range(300):
+        history += step(i, words(300, f"r{i}_"))
+        prompt = engine.build(request(history, state=state))
+        history, state = prompt.history, prompt.state
+    assert all(m.content != decision for m in history)  # its turn rolled long ago
+    assert decision in prompt.text() and decision in state.said
+
+
+def test_a_user_turn_over_its_budget_is_a_visible_loss() -> None:
+    sink = MemoryArtifacts()
+    speech = "Remember this: " + words(2_000, "u")
+    history = [Message(role="user", content=speech)]
+    history += [m for i in range(12) for m in step(i, words(200, f"r{i}"))]
+    history += [Message(role="assistant", content=words(3_000, "t"))]
+    history += step(99, "last")
+    prompt = ContextEngine(sink).build(request(history))
+    assert speech not in prompt.text()
+    (lost,) = [d for d in prompt.state.dropped if d.startswith("user turn")]
+    assert prompt.state.index in lost and speech in index_chain(sink, prompt.state.index)
+    assert any("user turns not pinned" in a for a in prompt.actions)
+
+
 def test_the_kill_switch_fires_before_a_call_over_the_ceiling_with_a_diagnostic() -> None:
     sink = MemoryArtifacts()
     tiny = budgets(ceiling=DEFAULT_BUDGETS.target_total, target_total=5_000)
-    items = [Retrieved(words(3_000, s), 1.0) for s in "abc"]
+    items = [Retrieved(words(2_000, s), 1.0) for s in "abc"]
     history = [m for i in range(3) for m in step(i, words(900, f"r{i}"))]
     engine = ContextEngine(sink, budgets=tiny.model_copy(update={"ceiling": 6_000}))
     with pytest.raises(ContextCeilingExceeded) as err:
@@ -178,7 +256,6 @@ def _clearing(history, policy: ClearingPolicy):
 def test_clearing_honours_trigger_keep_clear_at_least_and_exclude() -> None:
     history = [m for i in range(6) for m in step(i, words(200, f"r{i}"))]
     history += step(6, words(200, "x"), tool="notes")
-    assert TOK.count(words(200, "r5")) < DEFAULT_BUDGETS.max_result_tokens  # not truncated
     prompt, sink = _clearing(history, ClearingPolicy(trigger=100_000))
     assert prompt.history == history  # under the trigger: nothing cleared
     prompt, _ = _clearing(history, ClearingPolicy(trigger=1_000, clear_at_least=50_000))
@@ -194,6 +271,8 @@ def test_clearing_honours_trigger_keep_clear_at_least_and_exclude() -> None:
     assert results[-2].content == words(200, "r5")  # kept: among the two most recent
     for stub in cleared:
         ref_id = stub.content.split()[3].rstrip(",")
+        assert f'read it with grep_artifact(id="{ref_id}"' not in stub.content
+        assert "no reader is offered in this phase" in stub.content
         original = next(m for m in history if m.tool_call_id == stub.tool_call_id)
         assert sink.text(ref_id) == original.content
     # Nothing orphaned: each result still follows its own call, in place.
@@ -218,14 +297,34 @@ def test_the_prefix_stays_byte_identical_when_only_state_and_results_change() ->
     assert ledger.totals()["cacheable_share"] > 0.5
 
 
-def test_a_state_refresh_is_recorded_as_a_cache_bust_with_its_cause() -> None:
-    engine = ContextEngine(MemoryArtifacts(), budgets=budgets(state_refresh_steps=3))
+def test_a_state_update_shows_in_the_very_next_call_and_the_prefix_is_unchanged() -> None:
+    engine = ContextEngine(MemoryArtifacts())
+    ledger = CallLedger()
+    state, history = WorkingState(goal="g"), step(0, "r")
+    first = engine.build(request(history, state=state))
+    ledger.record_prompt(first, step=1, output_tokens=1)
+    state = first.state.apply_model_update(step=2, facts=[("the bucket is rf-staging-7", "t")])
+    history = [*first.history, *step(1, "r1")]
+    second = engine.build(request(history, state=state))
+    record = ledger.record_prompt(second, step=2, output_tokens=1)
+    assert second.messages[-1].content.startswith("STATE CHANGES")
+    assert "the bucket is rf-staging-7" in second.messages[-1].content
+    before = [b.text for b in first.blocks if b.slot is not Slot.UPDATES]
+    assert [b.text for b in second.blocks][: len(before)] == before  # byte-identical prefix
+    assert record.bust == ""
+
+
+def test_changes_over_their_budget_re_render_the_state_as_a_recorded_cache_bust() -> None:
+    engine = ContextEngine(MemoryArtifacts())
     ledger = CallLedger()
     state, history = WorkingState(goal="g"), []
     causes = []
-    for i in range(4):
-        state = state.count("steps")
+    for i in range(30):
+        state = state.apply_model_update(step=i, facts=[(f"fact {i} " + words(8), "t")])
         history += step(i, "r")
         prompt = engine.build(request(history, state=state))
+        history, state = prompt.history, prompt.state
         causes.append(ledger.record_prompt(prompt, step=i, output_tokens=1).bust)
-    assert causes == ["", "", "", "state changed"]
+        assert sum(b.tokens for b in prompt.blocks if b.slot is Slot.UPDATES) <= 400
+    # Re-rendered only when the changes outgrew their block: a few busts, not one a call.
+    assert 0 < causes.count("state changed") < 5

@@ -47,7 +47,7 @@ def test_a_task_of_a_sigkilled_worker_is_reclaimed_and_the_job_succeeds(
     assert not events_named(state, job.job_id, "task.fenced")  # nobody wrote with a stale token
 
 
-def test_a_zombie_worker_woken_after_a_takeover_is_fenced(state: State, start_fleet) -> None:
+def test_a_zombie_worker_woken_after_a_takeover_writes_nothing(state: State, start_fleet) -> None:
     start_fleet(planners=1, coders=2, reviewers=1, lease_ms=LEASE_MS)
     job = state.jobs.submit(JobSpec(goal="zombie", scenario=Scenario.SLOW, fanout=1))
     zombie = wait_for(lambda: _busy_coder(state, job.job_id), 30, "a busy coder")
@@ -60,17 +60,12 @@ def test_a_zombie_worker_woken_after_a_takeover_is_fenced(state: State, start_fl
         )
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
-    fenced = wait_for(
-        lambda: [
-            e
-            for e in events_named(state, job.job_id, "task.fenced")
-            if e.worker == zombie.worker_id
-        ],
-        30,
-        "the zombie's write to be fenced",
-    )
-    assert fenced[0].task_id == zombie.task_id
     wait_for(lambda: _succeeded(state, job.job_id), 60, "the job to succeed")
+    # Woken past its own lease deadline, it stops at its next check and sends nothing
+    # (a write it did send would be refused: see test_lost_replies and test_tasks).
+    assert not [
+        e for e in events_named(state, job.job_id, "task.fenced") if e.worker == zombie.worker_id
+    ]
     ended = [
         e for e in events_named(state, job.job_id, "task.succeeded") if e.task_id == zombie.task_id
     ]

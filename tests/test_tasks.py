@@ -170,8 +170,15 @@ def test_a_claim_or_completion_resent_by_its_owner_is_idempotent(state: State) -
     assert again is not None and again.claim.token == first.claim.token == 1
     assert state.tasks.claim(job.job_id, child_id, "w2", 60_000) is None
     assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == parent.task_id
-    assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == ""
+    # The retry gets the first reply again (so its caller still delivers the parent)...
+    assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == parent.task_id
+    # ...and changes nothing: one success, one fan-in.
     assert len(events_named(state, job.job_id, "task.succeeded")) == 1
+    fan_ins = [
+        e for e in events_named(state, job.job_id, "task.queued") if e.model_extra.get("reason")
+    ]
+    assert [e.task_id for e in fan_ins] == [parent.task_id]
+    assert state.tasks.get(job.job_id, parent.task_id).pending == 0
     assert not events_named(state, job.job_id, "task.fenced")
     assert len(events_named(state, job.job_id, "task.claimed")) == 2  # planner + child
 

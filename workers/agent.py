@@ -6,7 +6,9 @@ and stops with a stated reason otherwise — never a crash:
 - the context is built by the context engine (the kill switch may stop it);
 - the call's tokens are reserved from the job's budget before it is sent and
   settled with the provider's usage after (``BudgetExceeded`` stops it);
-- every call is recorded in the ledger (and, through it, in the job's usage);
+- every call is recorded in the ledger (and, through it, in the job's usage
+  and its ``model.called`` event) with its latency, the bytes of the tool
+  results it delivered and the size of the working state;
 - a malformed tool call (arguments that are not JSON, an unknown tool,
   arguments that do not fit the tool) goes back to the model as a tool error,
   at most ``max_tool_errors`` times in a run; past that the run fails. A tool
@@ -23,6 +25,7 @@ whose lease was lost). Tools may update ``AgentLoop.state`` as they go.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,6 +157,7 @@ class AgentLoop:
     ) -> AgentOutcome:
         history, tool_errors, last_error = list(history), 0, ""
         self.state = state
+        delivered = 0  # bytes of the tool results the next call carries to the model
         for step in range(1, self.limits.max_steps + 1):
             prompt = self.engine.build(
                 ContextRequest(
@@ -165,18 +169,20 @@ class AgentLoop:
                 )
             )
             history, self.state = list(prompt.history), prompt.state
-            reserved = prompt.total_tokens + self.limits.max_output_tokens
-            if self.budget is not None:
-                self.budget.reserve(reserved)  # BudgetExceeded: the call is never sent
+            wanted = prompt.total_tokens + self.limits.max_output_tokens
+            # BudgetExceeded: the call is never sent.
+            held = self.budget.reserve(wanted) if self.budget is not None else None
             used = 0
+            started = time.perf_counter()
             try:
                 response = self.provider.complete(
                     prompt.messages, prompt.tools, max_tokens=self.limits.max_output_tokens
                 )
                 used = response.usage.input_tokens + response.usage.output_tokens
+                latency_ms = (time.perf_counter() - started) * 1000
             finally:
-                if self.budget is not None:
-                    self.budget.settle(reserved, used)
+                if self.budget is not None and held is not None:
+                    self.budget.settle(held, used)
             self.ledger.record_prompt(
                 prompt,
                 step=step,
@@ -184,7 +190,10 @@ class AgentLoop:
                 output_tokens=response.usage.output_tokens,
                 cached_tokens=response.usage.cached_tokens,
                 tool=",".join(c.name for c in response.tool_calls),
+                tool_result_bytes=delivered,
+                latency_ms=latency_ms,
             )
+            delivered = 0
             history.append(response.message())
             if self.on_step is not None:
                 self.on_step(self.state)
@@ -202,6 +211,7 @@ class AgentLoop:
                 history.append(
                     Message(role="tool", content=result, tool_call_id=call.id, name=call.name)
                 )
+                delivered += len(result.encode())
                 if not ran:
                     tool_errors, last_error = tool_errors + 1, result
             if ended_by:

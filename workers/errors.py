@@ -7,6 +7,7 @@
     ├── Blocked                    a resumed task found an effect it cannot settle alone
     ├── ContextError               a model call's context cannot be built within budget
     │   ├── PromptTooLarge         a slot that may not shrink is over its budget
+    │   ├── StateCompactionStuck   compacting the working state did not bring it within budget
     │   └── ContextCeilingExceeded the kill switch: the call would cross the hard ceiling
     └── ProviderError              a model provider refused or failed a call
         ├── AuthError              bad or missing API key
@@ -28,7 +29,10 @@ class WorkerError(Exception):
 
 
 class LeaseLost(WorkerError):
-    """The lease could not be renewed (fenced, job finished, Redis unreachable too long)."""
+    """This worker no longer owns its task: a renewal was refused (fenced, job finished),
+    the local lease deadline passed without one (Redis unreachable), or the worker gave
+    the task up (its supervisor is gone and the drain timeout passed). Nothing more is
+    written for the task."""
 
 
 class NotInWorker(WorkerError):
@@ -56,6 +60,23 @@ class PromptTooLarge(ContextError):
         super().__init__(f"slot {slot}: {tokens} tokens over its budget of {budget}")
         self.slot = slot
         self.tokens = tokens
+        self.budget = budget
+
+
+class StateCompactionStuck(ContextError):
+    """Compacting the working state did not shrink it within its budget: a bug, never logged away.
+
+    Every part of the state archives into its index, so this means a part that
+    cannot shrink (the goal, counters, named refs) outgrew the state's slot.
+    """
+
+    def __init__(self, before: int, after: int, budget: int) -> None:
+        super().__init__(
+            f"working state compaction: {before} -> {after} tokens, budget {budget}; "
+            "the parts that cannot be archived (goal, phase, progress, refs) are too large"
+        )
+        self.before = before
+        self.after = after
         self.budget = budget
 
 

@@ -1,76 +1,197 @@
-"""The heartbeat thread of a worker process: lease renewal and liveness.
+"""The heartbeat thread of a worker process: lease renewal, liveness, the tie to its supervisor.
 
-One thread per worker process. Every ``interval`` it renews the lease of the
-task the worker holds (if any), records the worker's heartbeat and flushes
-the queued global-stream mirror entries. A renewal refused because
-the token is stale or the job finished — or impossible because Redis stayed
-unreachable until the lease ran out — marks the lease lost; the task loop
-checks that between steps and stops without writing anything.
+One thread per worker process, on a Redis client of its own: socket and
+connect timeouts of a third of the lease and no retries (the next tick is
+the retry), so one stalled call costs one tick, never the lease. Each tick
+(a third of the lease apart) it
+
+- tells the supervisor that started the process that it still makes progress
+  (a byte on the liveness pipe, ``SupervisorLink``), whether or not Redis
+  answers, and notices when that supervisor is gone;
+- renews the lease of the task the worker holds, records the worker's
+  heartbeat and flushes the queued global-stream mirror entries; the first
+  call that fails ends the tick.
+
+The lease as this process sees it ends ``lease_ms`` after the last successful
+renewal (or the claim) was *sent*, on the monotonic clock: never after the
+deadline Redis keeps. It is lost when a renewal is refused (stale token,
+finished job) or when that local deadline passes without one — which the task
+loop checks itself (``check``), so it holds while this thread is blocked in a
+call. From then on ``lease.lost`` has been logged (once), nothing is renewed
+and no owner's write is started: the task loop's next ``check`` raises
+LeaseLost. A request already on the wire when a partition began may still
+reach Redis later; its stale token (and the scripts' lease check) refuses it.
+
+A worker whose supervisor is gone asks itself for a warm stop (SIGHUP, what
+PR_SET_PDEATHSIG sends where it exists) and, if its task still runs after the
+supervisor's drain timeout, gives the lease up so that any fleet reclaims it.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import redis
 import structlog
 
-from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State
+from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State, TaskStore
+from shared_state.client import ClientOptions, sibling
+from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
+from shared_state.scripts import Runner
+
+from .errors import LeaseLost
 
 log = structlog.get_logger("redfleet.heartbeat")
 
 T = TypeVar("T")
 
+_SUPERVISOR_PID = "REDFLEET_SUPERVISOR_PID"
+_LIVENESS_FD = "REDFLEET_LIVENESS_FD"
+_DRAIN_S = "REDFLEET_DRAIN_S"
+
+
+@dataclass(frozen=True)
+class SupervisorLink:
+    """What ties a worker process to the ``redfleet up`` that started it.
+
+    The supervisor passes it in the environment: its pid, the write end of
+    the worker's liveness pipe, and its drain timeout (how long an orphaned
+    worker may take to finish its task).
+    """
+
+    pid: int
+    liveness_fd: int
+    drain_s: float
+
+    def env(self) -> dict[str, str]:
+        return {
+            _SUPERVISOR_PID: str(self.pid),
+            _LIVENESS_FD: str(self.liveness_fd),
+            _DRAIN_S: str(self.drain_s),
+        }
+
+    @classmethod
+    def from_env(cls, environ: MutableMapping[str, str]) -> SupervisorLink | None:
+        """Take the link a supervisor passed out of ``environ``; None for a worker started by hand.
+
+        Taken out, so that no process this worker starts (a reviewer's checks) inherits it.
+        """
+        if _SUPERVISOR_PID not in environ:
+            return None
+        link = cls(int(environ.pop(_SUPERVISOR_PID)), int(environ.pop(_LIVENESS_FD)),
+                   float(environ.pop(_DRAIN_S)))  # fmt: skip
+        # A full pipe must never block a tick, and no child of the worker may hold it.
+        os.set_blocking(link.liveness_fd, False)
+        os.set_inheritable(link.liveness_fd, False)
+        return link
+
+    def signal_alive(self) -> bool:
+        """Tell the supervisor this process still makes progress; False once it is gone."""
+        try:
+            os.write(self.liveness_fd, b".")
+        except BlockingIOError:
+            pass  # the supervisor is behind on reading: the bytes waiting say enough
+        except OSError:
+            return False  # EPIPE: nobody holds the read end any more
+        return os.getppid() == self.pid
+
+
+def heartbeat_options(lease_ms: int) -> ClientOptions:
+    """The heartbeat's client: a call that stalls ends within a third of the lease."""
+    third_s = lease_ms / 3000
+    return ClientOptions(socket_timeout_s=third_s, connect_timeout_s=third_s, retries=0)
+
 
 class Heartbeat(threading.Thread):
     def __init__(
-        self, state: State, *, worker_id: str, role: Role, lease_ms: int, info: dict[str, Any]
+        self,
+        state: State,
+        *,
+        worker_id: str,
+        role: Role,
+        lease_ms: int,
+        info: dict[str, Any],
+        link: SupervisorLink | None = None,
     ) -> None:
         super().__init__(name="redfleet-heartbeat", daemon=True)
         self.state = state
         self.worker_id = worker_id
         self.role = role
         self.lease_ms = lease_ms
+        self.lease_s = lease_ms / 1000
+        self.link = link
         # A third of the lease: two renewals may fail before the lease runs out,
         # and a long task adds one task.renewed event per interval, not per second.
         self.interval_s = lease_ms / 3 / 1000
         self.ttl_ms = max(int(self.interval_s * 3000), 3000)
         self.info = info
-        self._lock = threading.Lock()  # a renew never interleaves with the owner's last write
+        self.client = sibling(state.client, heartbeat_options(lease_ms))
+        # The process's one event log: what these scripts emit is mirrored with the rest.
+        runner = Runner(self.client, state.events)
+        self._tasks = TaskStore(runner, state.delivery)
+        self._workers = WorkerRegistry(runner)
+        # Held by a renewal and by the owner's last write, never both: a renewal landing
+        # between that write and ``release`` would be refused as stale (a spurious fence).
+        self._write_lock = threading.Lock()
+        self._lease_lock = threading.Lock()  # claim, deadline and lost change together
         self.claim: Claim | None = None
         self.lost = threading.Event()
         self.lost_reason = ""
         self.worker_state = "idle"
+        self._deadline = 0.0  # monotonic: when our lease surely runs out
         self._stopping = threading.Event()
-        self._deadline = 0.0  # monotonic: when our lease surely ran out
+        self._reachable = True  # whether the last tick reached Redis (logged on change)
+        self._orphaned_at: float | None = None
 
     # -- called by the task loop ------------------------------------------------
 
-    def hold(self, claim: Claim) -> None:
-        with self._lock:
+    def hold(self, claim: Claim, sent_at: float | None = None) -> None:
+        """Start renewing ``claim``, whose claim call was sent at monotonic ``sent_at``."""
+        with self._write_lock, self._lease_lock:
             self.claim = claim
             self.lost.clear()
             self.lost_reason = ""
-            self._deadline = time.monotonic() + self.lease_ms / 1000
+            self._deadline = (time.monotonic() if sent_at is None else sent_at) + self.lease_s
             self.worker_state = "busy"
+
+    def expired(self) -> bool:
+        """True once the lease held is lost: refused, or past its local deadline."""
+        with self._lease_lock:
+            claim = self.claim
+            overdue = (
+                claim is not None and not self.lost.is_set() and time.monotonic() > self._deadline
+            )
+        if overdue:
+            self._lose(claim, "the lease ran out before it could be renewed")
+        return self.lost.is_set()
+
+    def check(self) -> None:
+        """Raise LeaseLost once the lease is lost."""
+        if self.expired():
+            raise LeaseLost(self.lost_reason)
 
     def settle(self, write: Callable[[], T]) -> T:
         """Run the owner's last write with renewals held off, then stop renewing.
 
-        Without this a renewal could land between the write and ``release`` and
-        be refused as stale — a spurious ``task.fenced``.
+        Refused with LeaseLost, unsent, once the lease is lost.
         """
-        with self._lock:
+        with self._write_lock:
             try:
+                self.check()
                 return write()
             finally:
-                self.claim = None
+                with self._lease_lock:
+                    self.claim = None
 
     def release(self) -> None:
-        with self._lock:
+        with self._write_lock, self._lease_lock:
             self.claim = None
             self.worker_state = "idle"
 
@@ -78,40 +199,54 @@ class Heartbeat(threading.Thread):
         self._stopping.set()
         if self.is_alive():
             self.join(timeout=5)
+        self.client.close()
 
     # -- the thread ------------------------------------------------------------
 
     def run(self) -> None:
         while not self._stopping.wait(self.interval_s):
-            try:
-                self.renew()
-                self.beat()
-                self.state.events.flush()
-            except Exception as exc:
-                # A tick may fail (Redis OOM, READONLY during a failover); the
-                # thread must not: the next tick renews, or the lease runs out.
-                log.warning("heartbeat.tick_failed", worker=self.worker_id, error=repr(exc))
-            if time.monotonic() > self._deadline and self.claim is not None:
-                with self._lock:
-                    self._lose("the lease ran out before it could be renewed")
+            self.tick()
+
+    def tick(self) -> None:
+        if self.link is not None and not self.link.signal_alive():
+            self._supervisor_gone()
+        self.expired()  # an overdue lease is lost now, whether or not Redis answers below
+        try:
+            self.renew()
+            self.beat()
+            self.flush()
+        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
+            if self._reachable:
+                log.warning("heartbeat.redis_unreachable", worker=self.worker_id, error=str(exc))
+            self._reachable = False
+            return
+        except Exception as exc:
+            # A tick may fail (Redis OOM, READONLY during a failover); the
+            # thread must not: the next tick renews, or the lease runs out.
+            log.warning("heartbeat.tick_failed", worker=self.worker_id, error=repr(exc))
+            return
+        if not self._reachable:
+            log.info("heartbeat.redis_back", worker=self.worker_id)
+        self._reachable = True
 
     def renew(self) -> None:
-        with self._lock:
+        if not self._write_lock.acquire(blocking=False):
+            return  # the owner is making its last write: the claim ends with it
+        try:
             claim = self.claim
-            if claim is None:
+            if claim is None or self.expired():
                 return
-            started = time.monotonic()
+            sent_at = time.monotonic()
             try:
-                self.state.tasks.renew(claim, self.lease_ms)
-                self._deadline = started + self.lease_ms / 1000
+                self._tasks.renew(claim, self.lease_ms)
             except (Fenced, JobFinished, NotFound) as exc:
-                self._lose(str(exc))
-
-    def _lose(self, reason: str) -> None:
-        self.lost_reason = reason
-        self.lost.set()
-        self.claim = None
-        log.warning("lease.lost", worker=self.worker_id, reason=reason)
+                self._lose(claim, str(exc))
+                return
+            with self._lease_lock:
+                if self.claim is claim and not self.lost.is_set():
+                    self._deadline = sent_at + self.lease_s
+        finally:
+            self._write_lock.release()
 
     def beat(self) -> None:
         claim = self.claim
@@ -122,7 +257,37 @@ class Heartbeat(threading.Thread):
             "task_id": claim.task_id if claim else "",
             "job_id": claim.job_id if claim else "",
         }
+        self._workers.beat(self.worker_id, self.ttl_ms, fields)
+
+    def flush(self) -> None:
+        """Write the process's queued mirror entries, over this thread's own client."""
+        events = self.state.events
+        pending = events.take_pending()
+        if not pending:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        events.queue_mirror(pipe, pending)
         try:
-            self.state.workers.beat(self.worker_id, self.ttl_ms, fields)
-        except ConnectionFailed as exc:
-            log.warning("heartbeat.failed", worker=self.worker_id, error=str(exc))
+            pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError):
+            events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
+            raise
+
+    def _lose(self, claim: Claim | None, reason: str) -> None:
+        with self._lease_lock:
+            if claim is None or self.claim is not claim or self.lost.is_set():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self.claim = None
+        log.warning("lease.lost", worker=self.worker_id, task_id=claim.task_id, reason=reason)
+
+    def _supervisor_gone(self) -> None:
+        assert self.link is not None
+        if self._orphaned_at is None:
+            self._orphaned_at = time.monotonic()
+            log.warning("worker.orphaned", worker=self.worker_id, supervisor=self.link.pid)
+            # A warm stop, as the supervisor's drain would have asked for.
+            os.kill(os.getpid(), signal.SIGHUP)
+        elif time.monotonic() - self._orphaned_at > self.link.drain_s:
+            self._lose(self.claim, "supervisor gone and the task outlasted its drain timeout")

@@ -3,9 +3,14 @@
 It holds the claim (and so the fencing token) and exposes only fenced
 operations: every write goes through the state layer's scripts with the
 token. The writes that end the claim (complete, spawn, fail) are settled
-with the heartbeat, so that a renewal never races the owner's last write;
-the writes a task makes as it goes (checkpoints, journal, workspace) are
-fenced by the same token and need no settling.
+with the heartbeat, so that a renewal never races the owner's last write,
+and are not even sent once the lease is lost; the writes a task makes as it
+goes (checkpoints, journal, workspace) are fenced by the same token and come
+after a ``check``.
+
+``check`` raises LeaseLost once the lease is lost: refused by Redis, or past
+its local deadline (see ``heartbeat``) — a worker cut off from Redis stops at
+lease expiry, whatever its heartbeat thread is blocked in.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from dataclasses import dataclass
 
 from shared_state import Child, Claim, Job, State, Task
 
-from .errors import LeaseLost
 from .heartbeat import Heartbeat
 
 
@@ -30,8 +34,7 @@ class TaskRun:
 
     def check(self) -> None:
         """Raise LeaseLost if this worker no longer owns the task."""
-        if self.heartbeat.lost.is_set():
-            raise LeaseLost(self.heartbeat.lost_reason)
+        self.heartbeat.check()
 
     def work_for(self, seconds: float) -> None:
         """Simulated work of a scripted behaviour, checking the lease as it goes."""
@@ -42,7 +45,6 @@ class TaskRun:
         self.check()
 
     def complete(self, result: str = "") -> None:
-        self.check()
         done = self.heartbeat.settle(
             lambda: self.state.tasks.complete(self.claim, self.task.parent_id, result)
         )
@@ -53,7 +55,6 @@ class TaskRun:
         self, stage: str, children: Sequence[Child], *, journal: tuple[str, str] = ("", "")
     ) -> list[str]:
         """Spawn children and wait for them without holding this worker."""
-        self.check()
         return self.heartbeat.settle(
             lambda: self.state.tasks.spawn(self.claim, stage, children, journal=journal)
         )

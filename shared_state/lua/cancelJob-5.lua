@@ -17,11 +17,14 @@
      1  cancelled
     -1  no such job
     -4  already finished; data = job_status
+    error  a key in KEYS belongs to another job
 
   Events: job.cancelled.
 ]]
 --- @include "common"
 
+local wrong = sameJob()
+if wrong then return wrong end
 local jobKey, stream = KEYS[1], KEYS[2]
 local job = readJob(jobKey)
 if not job.status then return reply(-1) end

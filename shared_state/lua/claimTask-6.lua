@@ -27,6 +27,7 @@
     -2  not claimable; data = status, owner, lease_until
     -4  the job has finished; the task (queued, waiting, or claimed with an
         expired lease or by this worker) is marked cancelled
+    error  a key in KEYS belongs to another job
 
   Events: task.claimed; on takeover also task.requeued or task.dead/job.failed.
 ]]
@@ -48,6 +49,8 @@ local function claimed()
   return reply(1, {task = redis.call('HGETALL', taskKey), job = job})
 end
 
+local wrong = sameJob()
+if wrong then return wrong end
 local t = row()
 local status, owner, taskId = t[1], t[2], t[4]
 if not status then return reply(-1) end

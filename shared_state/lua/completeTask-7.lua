@@ -2,8 +2,9 @@
   completeTask: finish a task the caller owns, and fan in to its parent.
 
   Fenced by token, and idempotent for its owner: a completion re-sent by the
-  same worker with the same token after it succeeded returns OK again (the
-  fan-in is not repeated). The last child of a waiting parent to complete
+  same worker with the same token after it succeeded (a retry after a lost
+  reply) gets the first call's reply again — the parent it re-queued, whether
+  the job finished — and the fan-in is not repeated. The last child of a waiting parent to complete
   re-queues the parent: the pending counter is decremented here, atomically, so
   exactly one child sees it reach zero. Completing the root task (no parent)
   completes the job. Finished tasks and jobs start their retention clock.
@@ -26,6 +27,7 @@
     -1  no such task
     -3  fenced (event task.fenced)
     -4  the job has already finished; the task is marked cancelled
+    error  a key in KEYS belongs to another job, or KEYS[7] is not the parent
 
   Events: task.succeeded; task.queued for a re-queued parent; job.succeeded.
 ]]
@@ -36,11 +38,10 @@ local taskKey, jobKey, stream, leasesKey, queuedKey, tasksKey, parentKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, worker, result = ARGV[1], ARGV[2], ARGV[3]
 
+local wrong = sameJob()
+if wrong then return wrong end
 local t = ownerRow(taskKey, 'parent_id', 'role', 'job_id')
-local taskId, parentId, role = t[3], t[5], t[6]
-if t[1] == 'succeeded' and t[2] == token and t[4] == worker then
-  return reply(1, {parent_requeued = '', parent_role = '', job_finished = false})
-end
+local taskId, parentId, role = t[3], t[6], t[7]
 local job = readJob(jobKey)
 local refused = fence(t, job, stream, token, worker, 'complete')
 if refused then return refused end
@@ -76,8 +77,9 @@ if parent then
   end
 else
   redis.call('HSET', jobKey, 'status', 'succeeded', 'finished_ms', now, 'result', result)
-  emit(stream, job.maxlen, {'event', 'job.succeeded', 'job_id', t[7]})
+  emit(stream, job.maxlen, {'event', 'job.succeeded', 'job_id', t[8]})
   expireJob(job, jobKey, stream, leasesKey, queuedKey, tasksKey)
   done.job_finished = true
 end
+ended(token, worker, 'complete', done)
 return reply(1, done)

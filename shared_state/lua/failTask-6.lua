@@ -1,7 +1,9 @@
 --[[
   failTask: end the caller's attempt at a task with an error.
 
-  Fenced by token. A retryable failure re-queues the task with attempt + 1
+  Fenced by token, and idempotent for its owner: a failure re-sent with the
+  same token after it was recorded (a retry after a lost reply) gets the same
+  outcome again and changes nothing. A retryable failure re-queues the task with attempt + 1
   until max_attempts; after that, or when not retryable, the task is dead and
   its job fails with the reason.
 
@@ -21,6 +23,7 @@
      1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished)
     -1  no such task
     -3  fenced (event task.fenced)
+    error  a key in KEYS belongs to another job
 
   Events: task.failed, then task.requeued or task.dead (+ job.failed).
 ]]
@@ -31,10 +34,14 @@
 local taskKey, jobKey, stream = KEYS[1], KEYS[2], KEYS[3]
 local token, worker, reason, retryable = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
+local wrong = sameJob()
+if wrong then return wrong end
 local t = ownerRow(taskKey, 'role', 'attempt')
 local job = readJob(jobKey)
 local refused = fence(t, job, stream, token, worker, 'fail')
 if refused then return refused end
-emit(stream, job.maxlen, {'event', 'task.failed', 'task_id', t[3], 'role', t[5],
-  'worker', worker, 'token', token, 'attempt', t[6], 'reason', reason})
-return reply(1, {outcome = failAttempt(reason, nowMs(), not retryable, job)})
+emit(stream, job.maxlen, {'event', 'task.failed', 'task_id', t[3], 'role', t[6],
+  'worker', worker, 'token', token, 'attempt', t[7], 'reason', reason})
+local done = {outcome = failAttempt(reason, nowMs(), not retryable, job)}
+ended(token, worker, 'fail', done)
+return reply(1, done)

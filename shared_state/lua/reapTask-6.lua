@@ -18,12 +18,15 @@
      1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished), role
     -1  no such task
     -2  nothing to reap (not claimed, or lease still live)
+    error  a key in KEYS belongs to another job
 
   Events: task.requeued, or task.dead + job.failed.
 ]]
 --- @include "common"
 --- @include "failAttempt"
 
+local wrong = sameJob()
+if wrong then return wrong end
 local taskKey, leasesKey = KEYS[1], KEYS[4]
 local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id', 'role')
 if not t[1] then return reply(-1) end

@@ -17,11 +17,14 @@
   Returns {code, data, events}
      1  the caller must enqueue a new envelope; data = role
     -2  not queued any more, or queued too recently
+    error  a key in KEYS belongs to another job
 
   Events: task.requeued.
 ]]
 --- @include "common"
 
+local wrong = sameJob()
+if wrong then return wrong end
 local taskKey, jobKey, stream, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('HMGET', taskKey, 'status', 'task_id', 'role', 'attempt')
 local now = nowMs()

@@ -1,9 +1,11 @@
 --[[
   renewLease: extend the lease of a task the caller owns.
 
-  Fenced: only the holder of the current token, while the task is `claimed`.
-  A lease that expired but was not yet taken over can still be renewed — the
-  token proves nobody else owns the task.
+  Fenced: only the holder of the current token, while the task is `claimed`
+  and its lease has not run out by Redis time. A lease that expired is not
+  renewed even if nobody took the task over yet: from its deadline on, the
+  reaper or any claim may hand the task to a successor, so the old owner
+  stops there (its worker sees -3 and abandons the task).
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -17,7 +19,8 @@
   Returns {code, data, events}
      1  renewed; data = lease_until
     -1  no such task
-    -3  fenced: stale token or task no longer claimed (event task.fenced)
+    -3  fenced: stale token, lease expired, or task no longer claimed
+        (event task.fenced)
     -4  the job has finished (cancelled, failed): the task is marked cancelled;
         stop working
 

@@ -6,22 +6,55 @@
   budget is never overspent however many processes call at once. After the
   call, settleTokens replaces the reservation with what was really used.
 
-  KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved; limit 0 = none)
+  Each reservation has an id chosen by the caller and is kept in the budget
+  hash as `r:<id>` = "<tokens> <expires at ms>". A reservation re-sent with
+  the same id (a retry after a lost reply) is not counted twice. One whose
+  caller never settled it (the worker died mid-call) is dropped once it
+  expires, by the next reservation of the job, so the budget cannot leak.
 
-  ARGV[1] tokens to reserve
+  KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, r:<id>; limit 0 = none)
+
+  ARGV[1] reservation id
+  ARGV[2] tokens to reserve
+  ARGV[3] ms after which an unsettled reservation is dropped
 
   Returns {code, data, events}
-     1  reserved; data = limit, used, reserved
+     1  reserved (or already reserved under this id); data = limit, used, reserved
     -5  over budget; data = limit, used, reserved, remaining
 ]]
 --- @include "common"
 
-local b = redis.call('HMGET', KEYS[1], 'limit', 'used', 'reserved')
-local limit, used, reserved = tonumber(b[1] or '0'), tonumber(b[2] or '0'), tonumber(b[3] or '0')
-local want = tonumber(ARGV[1])
+local key, field = KEYS[1], 'r:' .. ARGV[1]
+local want, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local function current()
+  local b = redis.call('HMGET', key, 'limit', 'used', 'reserved')
+  return tonumber(b[1] or '0'), tonumber(b[2] or '0'), tonumber(b[3] or '0')
+end
+
+if redis.call('HEXISTS', key, field) == 1 then
+  local limit, used, reserved = current()
+  return reply(1, {limit = limit, used = used, reserved = reserved})
+end
+
+-- Drop the reservations of calls that can no longer be settled.
+local now = nowMs()
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'r:' then
+    local tokens, expires = string.match(all[i + 1], '^(%d+) (%d+)$')
+    if tonumber(expires) <= now then
+      redis.call('HINCRBY', key, 'reserved', -tonumber(tokens))
+      redis.call('HDEL', key, all[i])
+    end
+  end
+end
+
+local limit, used, reserved = current()
 if limit > 0 and used + reserved + want > limit then
   return reply(-5, {limit = limit, used = used, reserved = reserved,
     remaining = limit - used - reserved})
 end
-reserved = redis.call('HINCRBY', KEYS[1], 'reserved', want)
+reserved = redis.call('HINCRBY', key, 'reserved', want)
+redis.call('HSET', key, field, want .. ' ' .. (now + ttl))
 return reply(1, {limit = limit, used = used, reserved = reserved})

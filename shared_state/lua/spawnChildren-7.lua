@@ -1,7 +1,9 @@
 --[[
   spawnChildren: create child tasks and park the parent until they finish.
 
-  Fenced by the parent's token. Children are created `queued`, tagged with
+  Fenced by the parent's token, and idempotent for it: a spawn re-sent with
+  the same token after it succeeded (a retry after a lost reply) returns OK
+  again and creates nothing. Children are created `queued`, tagged with
   the wave (the stage the parent resumes at) so the parent can find them; the
   parent becomes `waiting` with a pending counter, releases its lease (freeing
   its worker) and records the stage it resumes at. completeTask fans in. When
@@ -29,6 +31,7 @@
     -1  no such task
     -3  fenced (event task.fenced)
     -4  the job has finished; the task is marked cancelled
+    error  a key in KEYS belongs to another job
 
   Events: task.queued per child, then task.waiting.
 ]]
@@ -47,7 +50,7 @@ local n = (#ARGV - 5) / 4
 for i = 1, n do
   local at = 4 * i + 2
   local childId, role, brief, input = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[5], 'role', role,
+  redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[6], 'role', role,
     'parent_id', p[3], 'brief', brief, 'input', input, 'wave', stage, 'status', 'queued',
     'attempt', 1, 'token', 0, 'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '',
     'created_ms', now, 'queued_ms', now)
@@ -60,6 +63,7 @@ redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0
   'pending', n, 'stage', stage)
 redis.call('ZREM', leasesKey, p[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[4], ARGV[5]) end
+ended(token, worker, 'spawn', {children = n})
 emit(stream, job.maxlen, {'event', 'task.waiting', 'task_id', p[3], 'worker', worker,
   'token', token, 'children', n, 'stage', stage})
 return reply(1, {children = n})

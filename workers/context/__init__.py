@@ -8,7 +8,9 @@ from .budgets import (
     Overflow,
     Slot,
     SlotBudget,
+    StateBudget,
 )
+from .compaction import fit as fit_state
 from .engine import Block, ContextEngine, ContextRequest, Prompt, Retrieved, ToolSpec
 from .identifiers import extract as extract_identifiers
 from .messages import Message, ToolCall, turns
@@ -53,11 +55,13 @@ __all__ = [
     "SlidingWindow",
     "Slot",
     "SlotBudget",
+    "StateBudget",
     "Tokenizer",
     "ToolCall",
     "ToolSpec",
     "WorkingState",
     "extract_identifiers",
+    "fit_state",
     "price_of",
     "tokenizer_for",
     "turns",

@@ -3,7 +3,11 @@
 Slots are assembled in this order — stable first, volatile last — so that a
 provider's prefix cache hits on everything that did not change:
 
-    system → tools → reference → state → retrieved → results → tail
+    system → tools → reference → state → retrieved → results → tail → updates
+
+The last, ``updates``, is the small volatile block of what changed in the
+working state since its snapshot: it sits after everything cached, so a
+change shows in the very next call without re-rendering the prefix.
 
 Defaults are per role and configurable; a call's context aims at about 33k
 tokens and is never sent above the hard ceiling (the kill switch).
@@ -24,6 +28,7 @@ class Slot(StrEnum):
     RETRIEVED = "retrieved"
     RESULTS = "results"
     TAIL = "tail"
+    UPDATES = "updates"
 
 
 class Overflow(StrEnum):
@@ -33,6 +38,7 @@ class Overflow(StrEnum):
     TRUNCATE_TO_ARTIFACT = "truncate_to_artifact"  # keep a head and the full text's handle
     DROP_LOWEST = "drop_lowest"  # drop the lowest-scored items
     ROLL_INTO_STATE = "roll_into_state"  # archive the oldest turns, keep their identifiers
+    RESNAPSHOT = "resnapshot"  # re-render the state snapshot (a cache bust from the state on)
 
 
 # What each slot does on overflow besides failing (any slot may be set to FAIL).
@@ -44,6 +50,7 @@ NATIVE_OVERFLOW = {
     Slot.RETRIEVED: Overflow.DROP_LOWEST,
     Slot.RESULTS: Overflow.TRUNCATE_TO_ARTIFACT,
     Slot.TAIL: Overflow.ROLL_INTO_STATE,
+    Slot.UPDATES: Overflow.RESNAPSHOT,
 }
 
 
@@ -54,11 +61,35 @@ class SlotBudget(BaseModel):
     overflow: Overflow
 
 
-class ClearingPolicy(BaseModel):
-    """When old tool results are replaced by a one-line stub with their handle.
+class StateBudget(BaseModel):
+    """Tokens for each part of the working state; each compacts on its own.
 
-    Clearing starts once tool results in the context pass ``trigger`` tokens,
-    keeps the ``keep`` most recent results, and clears at least
+    ``said`` holds the user's turns verbatim; ``notes`` the model's decisions,
+    facts, open questions and next action; ``identifiers``, ``artifacts`` and
+    ``dropped`` the code-owned indexes. A part over its budget archives its
+    oldest entries into the state's index artifact until it is at half its
+    budget (a compaction busts the cache, so it frees room for many steps).
+    The goal, phase, counters and named refs are small and always shown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    said: int = Field(default=400, gt=0)
+    notes: int = Field(default=400, gt=0)
+    identifiers: int = Field(default=600, gt=0)
+    artifacts: int = Field(default=250, gt=0)
+    dropped: int = Field(default=150, gt=0)
+
+    def total(self) -> int:
+        return self.said + self.notes + self.identifiers + self.artifacts + self.dropped
+
+
+class ClearingPolicy(BaseModel):
+    """When tool results the model has seen are replaced by a stub with their handle.
+
+    A result the model has not yet answered is never cleared. Clearing
+    starts once tool results in the context pass ``trigger`` tokens, keeps
+    the ``keep`` most recent seen results, and clears at least
     ``clear_at_least`` tokens or nothing (each clearing invalidates the cached
     prefix from the first cleared result on, so it must be worth it). Results
     of ``exclude_tools`` are never cleared.
@@ -66,9 +97,10 @@ class ClearingPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    trigger: int = Field(default=3_000, gt=0)
+    # Results are shown whole now, so clear rarely and much: each clearing busts the cache.
+    trigger: int = Field(default=9_000, gt=0)
     keep: int = Field(default=1, ge=0)
-    clear_at_least: int = Field(default=1_500, ge=0)
+    clear_at_least: int = Field(default=6_000, ge=0)
     exclude_tools: frozenset[str] = frozenset()
 
 
@@ -79,13 +111,11 @@ class ContextBudgets(BaseModel):
     target_total: int = 33_000
     ceiling: int = 60_000
     clearing: ClearingPolicy = ClearingPolicy()
-    max_result_tokens: int = Field(
-        default=1_000,
+    state: StateBudget = StateBudget()
+    stub_identifiers: int = Field(
+        default=120,
         gt=0,
-        description="a larger tool result keeps a head and its artifact handle in the context",
-    )
-    state_refresh_steps: int = Field(
-        default=12, ge=1, description="re-render the state at least this often (a cache bust)"
+        description="tokens of identifiers a reduced result's stub carries from its full text",
     )
 
     @model_validator(mode="after")
@@ -98,6 +128,8 @@ class ContextBudgets(BaseModel):
                 raise ValueError(
                     f"slot {slot.value}: overflow must be fail or {NATIVE_OVERFLOW[slot].value}"
                 )
+        if self.state.total() > self.tokens(Slot.STATE):
+            raise ValueError("the state's parts must fit in the state slot's budget")
         if self.ceiling < self.target_total:
             raise ValueError("ceiling must be at least target_total")
         return self
@@ -111,9 +143,11 @@ _DEFAULT_TOKENS = {
     Slot.TOOLS: 4_000,
     Slot.REFERENCE: 4_000,
     Slot.STATE: 2_000,
-    Slot.RETRIEVED: 10_000,
-    Slot.RESULTS: 8_000,
+    Slot.RETRIEVED: 6_000,
+    # Room for a parallel batch of two ~500-line files, whole, while the model reads them.
+    Slot.RESULTS: 12_000,
     Slot.TAIL: 6_000,
+    Slot.UPDATES: 400,
 }
 DEFAULT_BUDGETS = ContextBudgets(
     slots={

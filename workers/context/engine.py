@@ -2,23 +2,33 @@
 
 ``ContextEngine.build`` takes what a task knows (system prompt, tools, working
 state, history, reference text, retrieved items) and returns the ``Prompt``
-to send plus the history and state the task keeps afterwards (old tool
+to send plus the history and state the task keeps afterwards (seen tool
 results cleared into artifacts, old turns rolled into the state). Every
 overflow is handled by the slot's own behaviour (see ``budgets``); a context
 still above the hard ceiling is never sent: ``ContextCeilingExceeded``
 carries a diagnostic artifact instead (the kill switch).
 
+What the model has not seen is never taken from it: the results of the
+latest assistant turn stay whole until the model has answered once (only a
+batch too large for the results slot is cut, each result to its share, with
+the rest one reader call away). Every reduced result leaves a stub carrying
+the identifiers of its full text and its handle (``stubs``); what a stub
+cannot carry is listed in the state's ``dropped``. Rolled turns pin the
+user's words verbatim and their identifiers in the state.
+
 Cache discipline: the stable slots come first and are byte-identical from
-call to call; the working state is re-rendered only when the prefix is
-invalidated anyway (phase change, compaction) or every ``state_refresh_steps``
-calls, and tool results are cleared in batches — so most of each call is a
-prefix the provider has already cached.
+call to call; the working state's snapshot is re-rendered only when the
+prefix is invalidated anyway (a roll, a compaction, a phase change) or its
+changes outgrow the small ``updates`` block that follows everything cached;
+tool results are cleared in batches — so most of each call is a prefix the
+provider has already cached.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,14 +36,18 @@ from typing import Any
 from shared_state import ArtifactRef, ArtifactSink, Trust
 
 from ..errors import ContextCeilingExceeded, PromptTooLarge
+from . import stubs, updates
 from .budgets import DEFAULT_BUDGETS, ContextBudgets, Overflow, Slot
+from .compaction import fit, state_tokens
 from .identifiers import extract
-from .messages import Message, turns
-from .tokens import Tokenizer, tokenizer_for
+from .messages import Message, ToolCall, turns
+from .stubs import CLEARED_PREFIX, CUT_MARK, Reduced
+from .tokens import MESSAGE_OVERHEAD, Tokenizer, tokenizer_for
 from .working_state import WorkingState
 
-CLEARED_PREFIX = "[tool result cleared:"
-TRUNCATED_MARK = "[truncated; full text:"
+_ARTIFACT_ID = re.compile(r"a-[0-9a-f]{16}")
+# The fixed words of a cut mark, besides its identifiers (a generous bound).
+_CUT_MARK_TOKENS = 80
 
 
 @dataclass(frozen=True)
@@ -107,9 +121,29 @@ class Prompt:
         return "\n".join(b.text for b in self.blocks)
 
 
-def _reduced(message: Message) -> bool:
-    """Already cleared or truncated: its full text is in an artifact."""
-    return message.content.startswith(CLEARED_PREFIX) or TRUNCATED_MARK in message.content
+def _fresh(history: Sequence[Message]) -> set[int]:
+    """Indices of the tool results the model has not answered yet (after its last message)."""
+    last = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
+    return {i for i in range(last + 1, len(history)) if history[i].is_tool_result}
+
+
+def _is_reduced(message: Message) -> bool:
+    """Already cleared or cut: its full text is in an artifact."""
+    return message.content.startswith(CLEARED_PREFIX) or CUT_MARK in message.content
+
+
+def _shares(sizes: dict[int, int], budget: int) -> dict[int, int]:
+    """Water-filling: the largest results of a batch share what the smaller ones leave."""
+    caps: dict[int, int] = {}
+    left, order = budget, sorted(sizes, key=lambda i: sizes[i])
+    for n, i in enumerate(order):
+        fair = left // (len(order) - n)
+        if sizes[i] <= fair:
+            left -= sizes[i]
+        else:
+            caps[i] = fair
+            left -= fair
+    return caps
 
 
 class ContextEngine:
@@ -125,11 +159,10 @@ class ContextEngine:
         self.sink = sink
         self.budgets = budgets
         self.tok = tokenizer or tokenizer_for()
-        self._snapshot: str | None = None
-        self._snapshot_phase = ""
-        self._calls_since_snapshot = 0
+        self._snapshot: WorkingState | None = None
+        self._snapshot_block: Block | None = None
         self._steps: list[dict[str, Any]] = []
-        self._handles: dict[str, ArtifactRef] = {}  # tool call id -> its truncated result
+        self._reduced: dict[str, Reduced] = {}  # tool call id -> its stored full text
 
     # -- the call ----------------------------------------------------------------------
 
@@ -142,14 +175,16 @@ class ContextEngine:
         ]
         if request.reference:
             blocks.append(self._reference(request.reference, actions))
-        history = list(request.history)
-        history = self._truncate_results(history, actions)
-        history = self._clear_results(history, actions)
-        state, kept = self._roll_tail(request.state, history, actions)
-        fitted = self._fit_state(state, actions)
-        # Rolling or compacting rewrites the prompt from the state on: refresh it then.
-        blocks.append(self._state_block(fitted, kept is not history or fitted is not state))
-        history = kept
+        offered = {t.name for t in tools}
+        history, state = list(request.history), request.state
+        fresh = _fresh(history)
+        history, state = self._cut_fresh(history, fresh, state, offered, actions)
+        history, state = self._clear_seen(history, fresh, state, offered, actions)
+        state, history, rolled = self._roll(state, history, actions)
+        state, compacted = self._fit_state(state, actions)
+        # A roll or a compaction rewrites the prompt from the state on: re-snapshot then.
+        snapshot, changes = self._state_blocks(state, rolled or compacted, actions)
+        blocks.append(snapshot)
         if request.retrieved:
             blocks += self._retrieved(request.retrieved, actions)
         blocks += [
@@ -158,12 +193,14 @@ class ContextEngine:
             )
             for m in history
         ]
+        if changes is not None:
+            blocks.append(changes)
         prompt = Prompt(
             messages=self._messages(blocks, history),
             tools=tools,
             blocks=blocks,
             history=history,
-            state=fitted,
+            state=state,
             actions=actions,
         )
         self._remember(prompt)
@@ -175,9 +212,6 @@ class ContextEngine:
         return prompt
 
     # -- slots ---------------------------------------------------------------------------
-
-    def _block(self, slot: Slot, text: str) -> Block:
-        return Block(slot, text, self.tok.count(text))
 
     def _system(self, system: str) -> Block:
         tokens = self.tok.count(system)
@@ -217,34 +251,44 @@ class ContextEngine:
         if budget.overflow is Overflow.FAIL:
             raise PromptTooLarge(Slot.REFERENCE, tokens, budget.tokens)
         ref = self.sink.put(text, kind="reference", title="reference context", trust=Trust.TRUSTED)
-        head = self._head(text, budget.tokens, ref)
+        mark = f"\n[truncated; full text: {ref.handle()}]"
+        head = self.tok.truncate(text, max(0, budget.tokens - self.tok.count(mark))) + mark
         actions.append(f"reference truncated to {budget.tokens} tokens ({ref.id})")
         return Block(Slot.REFERENCE, head, self.tok.count(head))
 
-    def _state_block(self, state: WorkingState, rewritten: bool) -> Block:
-        refresh = (
-            rewritten
-            or self._snapshot is None
-            or state.phase != self._snapshot_phase
-            or self._calls_since_snapshot >= self.budgets.state_refresh_steps
-        )
-        if refresh:
-            self._snapshot, self._snapshot_phase = state.render(), state.phase
-            self._calls_since_snapshot = 0
-        self._calls_since_snapshot += 1
-        assert self._snapshot is not None
-        return Block(Slot.STATE, self._snapshot, self.tok.count(self._snapshot))
-
-    def _fit_state(self, state: WorkingState, actions: list[str]) -> WorkingState:
+    def _fit_state(self, state: WorkingState, actions: list[str]) -> tuple[WorkingState, bool]:
+        """The state with every part within its budget; and whether it had to be compacted."""
         budget = self.budgets.slots[Slot.STATE]
-        tokens = self.tok.count(state.render())
-        if tokens <= budget.tokens:
-            return state
         if budget.overflow is Overflow.FAIL:
-            raise PromptTooLarge(Slot.STATE, tokens, budget.tokens)
-        compacted = state.compact(self.sink)
-        actions.append(f"state compacted: {tokens} -> {self.tok.count(compacted.render())} tokens")
-        return compacted
+            tokens = state_tokens(self.tok, state)
+            if tokens > budget.tokens:
+                raise PromptTooLarge(Slot.STATE, tokens, budget.tokens)
+            return state, False
+        fitted, done = fit(self.tok, state, self.budgets.state, budget.tokens, self.sink)
+        actions += done
+        return fitted, bool(done)
+
+    def _state_blocks(
+        self, state: WorkingState, refresh: bool, actions: list[str]
+    ) -> tuple[Block, Block | None]:
+        """The state's snapshot (cached) and the block of what changed since it, if anything."""
+        budget = self.budgets.slots[Slot.UPDATES]
+        if not refresh and self._snapshot is not None and self._snapshot_block is not None:
+            lines = updates.changes(self._snapshot, state)
+            if lines == []:
+                return self._snapshot_block, None
+            if lines is not None:
+                text = updates.render(self._snapshot, state, lines)
+                block = Block(Slot.UPDATES, text, self.tok.count_lines(text))
+                if block.tokens <= budget.tokens:
+                    return self._snapshot_block, block
+                if budget.overflow is Overflow.FAIL:
+                    raise PromptTooLarge(Slot.UPDATES, block.tokens, budget.tokens)
+                actions.append(f"state re-rendered: {block.tokens} tokens of changes")
+        text = state.render()
+        self._snapshot = state
+        self._snapshot_block = Block(Slot.STATE, text, self.tok.count_lines(text))
+        return self._snapshot_block, None
 
     def _retrieved(self, items: Sequence[Retrieved], actions: list[str]) -> list[Block]:
         budget = self.budgets.slots[Slot.RETRIEVED]
@@ -264,100 +308,152 @@ class ContextEngine:
 
     # -- history: tool results and the conversation tail -------------------------------------
 
-    def _result_tokens(self, history: list[Message]) -> int:
-        return sum(self.tok.count_message(m) for m in history if m.is_tool_result)
-
-    def _clear_results(self, history: list[Message], actions: list[str]) -> list[Message]:
-        policy = self.budgets.clearing
-        total = self._result_tokens(history)
-        if total <= policy.trigger:
-            return history
-        live = [
-            i
-            for i, m in enumerate(history)
-            if m.is_tool_result
-            and not m.content.startswith(CLEARED_PREFIX)
-            and m.name not in policy.exclude_tools
-        ]
-        candidates = live[: max(0, len(live) - policy.keep)]
-        plan, freed = [], 0
-        for i in candidates:
-            if freed >= policy.clear_at_least and total - freed <= policy.trigger:
-                break
-            stub = self._stub(history[i])
-            freed += self.tok.count_message(history[i]) - self.tok.count_message(stub)
-            plan.append((i, stub))
-        if freed < policy.clear_at_least or not plan:
-            return history
-        cleared = list(history)
-        for i, stub in plan:
-            cleared[i] = stub
-        actions.append(f"cleared {len(plan)} tool results ({freed} tokens)")
-        return cleared
-
-    def _stub(self, result: Message) -> Message:
-        # A truncated result's full text is already stored: point at that artifact.
-        ref = self._existing_ref(result) or self._store_result(result)
-        content = f"{CLEARED_PREFIX} {ref.id}, {ref.bytes} bytes; read_artifact to see it]"
-        return result.model_copy(update={"content": content})
-
-    def _existing_ref(self, result: Message) -> ArtifactRef | None:
-        if TRUNCATED_MARK not in result.content:
-            return None
-        return self._handles.get(result.tool_call_id or "")
-
-    def _store_result(self, result: Message) -> ArtifactRef:
-        return self.sink.put(
+    def _store(self, result: Message, call: ToolCall | None) -> Reduced:
+        """The result's full text as an artifact, with the identifiers it names (once)."""
+        key = result.tool_call_id or ""
+        known = self._reduced.get(key)
+        if known is not None:
+            return known
+        ref = self.sink.put(
             result.content,
             kind="tool-result",
             title=f"{result.name or 'tool'} result for call {result.tool_call_id}",
             source=f"tool:{result.name}",
             trust=Trust.UNTRUSTED,
         )
+        # What the call was made with is in the tail already: the stub need not repeat it.
+        named = extract(result.content, exclude=extract(call.arguments_json) if call else ())
+        reduced = Reduced(ref, len(result.content.splitlines()), tuple(named))
+        self._reduced[key] = reduced
+        return reduced
 
-    def _truncate_results(self, history: list[Message], actions: list[str]) -> list[Message]:
-        """A tool result over ``max_result_tokens`` keeps a head and its artifact handle.
+    def _cut_fresh(
+        self,
+        history: list[Message],
+        fresh: set[int],
+        state: WorkingState,
+        offered: set[str],
+        actions: list[str],
+    ) -> tuple[list[Message], WorkingState]:
+        """A batch of new results too large for the results slot: each keeps a head of its share.
 
-        The full text is one ``read_artifact`` away; the context carries only
-        what the model needs to decide whether to read more.
+        The head ends at a whole line; the mark after it names the lines not
+        shown, the reader call that shows them and the identifiers of the
+        full text (so one in the middle of a long file is still in sight).
         """
         budget = self.budgets.slots[Slot.RESULTS]
-        limit = min(self.budgets.max_result_tokens, budget.tokens)
-        out = list(history)
-        for i, m in enumerate(history):
-            if not m.is_tool_result or _reduced(m) or self.tok.count(m.content) <= limit:
-                continue
-            if budget.overflow is Overflow.FAIL:
-                raise PromptTooLarge(Slot.RESULTS, self.tok.count(m.content), limit)
-            ref = self._store_result(m)
-            self._handles[m.tool_call_id or ""] = ref
-            out[i] = m.model_copy(update={"content": self._head(m.content, limit, ref)})
-            actions.append(f"tool result {m.tool_call_id} truncated to {limit} tokens ({ref.id})")
-        return out
-
-    def _head(self, text: str, tokens: int, ref: ArtifactRef) -> str:
-        mark = f"\n{TRUNCATED_MARK} {ref.handle()}]"
-        return self.tok.truncate(text, max(0, tokens - self.tok.count(mark))) + mark
-
-    def _roll_tail(
-        self, state: WorkingState, history: list[Message], actions: list[str]
-    ) -> tuple[WorkingState, list[Message]]:
-        """Roll the oldest whole turns into the working state until the tail fits."""
-        budget = self.budgets.slots[Slot.TAIL]
-        tail = sum(self.tok.count_message(m) for m in history if not m.is_tool_result)
-        if tail <= budget.tokens:
-            return state, history
+        live = {i: self.tok.count_message(history[i]) for i in fresh if not _is_reduced(history[i])}
+        if sum(live.values()) <= budget.tokens:
+            return history, state
         if budget.overflow is Overflow.FAIL:
-            raise PromptTooLarge(Slot.TAIL, tail, budget.tokens)
+            raise PromptTooLarge(Slot.RESULTS, sum(live.values()), budget.tokens)
+        calls = {c.id: c for m in history for c in m.tool_calls}
+        out = list(history)
+        for i, cap in _shares(live, budget.tokens).items():
+            result = history[i]
+            reduced = self._store(result, calls.get(result.tool_call_id or ""))
+            room = cap - MESSAGE_OVERHEAD - self.budgets.stub_identifiers - _CUT_MARK_TOKENS
+            head = self.tok.truncate(result.content, max(0, room))
+            if "\n" in head:
+                head = head[: head.rindex("\n")]
+            kept_lines = len(head.splitlines())
+            in_head = set(extract(head))
+            rest = [n for n in reduced.identifiers if n not in in_head]
+            shown, hidden = stubs.bounded(self.tok, rest, self.budgets.stub_identifiers)
+            call = stubs.reader_call(reduced.ref, offered, kept_lines + 1, reduced.lines)
+            mark = stubs.cut(reduced, kept_lines, shown, hidden, call)
+            out[i] = result.model_copy(update={"content": head + mark})
+            state = state.record_dropped(f"{n} (in {reduced.ref.id})" for n in hidden)
+            actions.append(
+                f"tool result {result.tool_call_id} cut to {kept_lines} of {reduced.lines} lines "
+                f"before it was seen, to share the results slot ({reduced.ref.id})"
+            )
+        return out, state
+
+    def _clear_seen(
+        self,
+        history: list[Message],
+        fresh: set[int],
+        state: WorkingState,
+        offered: set[str],
+        actions: list[str],
+    ) -> tuple[list[Message], WorkingState]:
+        """Replace results the model has seen by stubs, in batches (see ``ClearingPolicy``)."""
+        policy = self.budgets.clearing
+        total = sum(self.tok.count_message(m) for m in history if m.is_tool_result)
+        if total <= policy.trigger:
+            return history, state
+        seen = [
+            i
+            for i, m in enumerate(history)
+            if m.is_tool_result
+            and i not in fresh
+            and not m.content.startswith(CLEARED_PREFIX)
+            and m.name not in policy.exclude_tools
+        ]
+        calls = {c.id: c for m in history for c in m.tool_calls}
+        plan: list[tuple[int, Message, list[str], Reduced]] = []
+        freed = 0
+        for i in seen[: max(0, len(seen) - policy.keep)]:
+            if freed >= policy.clear_at_least and total - freed <= policy.trigger:
+                break
+            result = history[i]
+            reduced = self._store(result, calls.get(result.tool_call_id or ""))
+            shown, hidden = stubs.bounded(
+                self.tok, reduced.identifiers, self.budgets.stub_identifiers
+            )
+            call = stubs.reader_call(reduced.ref, offered, 1, reduced.lines)
+            stub = result.model_copy(
+                update={"content": stubs.cleared(reduced, shown, hidden, call)}
+            )
+            freed += self.tok.count_message(result) - self.tok.count_message(stub)
+            plan.append((i, stub, hidden, reduced))
+        if freed < policy.clear_at_least or not plan:
+            return history, state
+        cleared = list(history)
+        for i, stub, hidden, reduced in plan:
+            cleared[i] = stub
+            state = state.record_dropped(f"{n} (in {reduced.ref.id})" for n in hidden)
+        actions.append(f"cleared {len(plan)} seen tool results ({freed} tokens)")
+        return cleared, state
+
+    def _roll(
+        self, state: WorkingState, history: list[Message], actions: list[str]
+    ) -> tuple[WorkingState, list[Message], bool]:
+        """Roll the oldest whole turns into the state while the tail or the results overflow.
+
+        The turn the model answers now (the latest assistant turn and what
+        follows it) is never rolled. Rolled turns go to a transcript artifact;
+        the user's words in them are pinned verbatim, the identifiers they
+        name (a reduced result's from its full text) are kept. Rolling goes
+        to half the overflowing budget, so the cache bust it costs is rare.
+        """
+        tail_budget = self.budgets.slots[Slot.TAIL]
+        results_budget = self.budgets.tokens(Slot.RESULTS)
+        sizes = [self.tok.count_message(m) for m in history]
+        tail = sum(n for n, m in zip(sizes, history, strict=True) if not m.is_tool_result)
+        results = sum(sizes) - tail
+        over_tail, over_results = tail > tail_budget.tokens, results > results_budget
+        if not (over_tail or over_results):
+            return state, history, False
+        if tail_budget.overflow is Overflow.FAIL:
+            raise PromptTooLarge(Slot.TAIL, tail, tail_budget.tokens)
+        fresh = sum(sizes[i] for i in _fresh(history))
+        tail_goal = tail_budget.tokens // 2 if over_tail else tail_budget.tokens
+        results_goal = (results_budget + fresh) // 2 if over_results else results_budget
         grouped = turns(history)
+        last = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
         rolled: list[Message] = []
-        # The last turn may hold a pending call: it is never rolled.
-        while len(grouped) > 1 and tail > budget.tokens // 2:
+        while len(grouped) > 1 and (tail > tail_goal or results > results_goal):
+            if len(rolled) + len(grouped[0]) > last:
+                break  # the next turn holds the latest assistant message
             turn = grouped.pop(0)
-            tail -= sum(self.tok.count_message(m) for m in turn if not m.is_tool_result)
+            for m in turn:
+                n = self.tok.count_message(m)
+                results, tail = (results - n, tail) if m.is_tool_result else (results, tail - n)
             rolled += turn
         if not rolled:
-            return state, history
+            return state, history, False
         transcript = "\n".join(f"{m.role}: {m.text()}" for m in rolled)
         ref = self.sink.put(
             transcript,
@@ -366,26 +462,33 @@ class ContextEngine:
             source="conversation",
             trust=Trust.UNTRUSTED,
         )
-        named = extract(transcript)
-        state = state.keep_identifiers(named).add_artifact(ref)
-        kept = state.render() + "\n" + self.sink.text(ref.id)
-        lost = [i for i in named if i not in kept]
-        if lost:
-            state = state.model_copy(update={"dropped": (*state.dropped, *lost)})
+        named: list[str] = []
+        for m in rolled:
+            reduced = self._reduced.pop(m.tool_call_id or "", None) if m.is_tool_result else None
+            if reduced is not None:
+                named += reduced.identifiers
+            elif m.role != "user":  # the user's words are pinned whole
+                named += [n for n in extract(m.text()) if not _ARTIFACT_ID.fullmatch(n)]
+        said = [m.content for m in rolled if m.role == "user"]
+        state = state.pin_said(said).keep_identifiers(named).add_artifact(ref)
         actions.append(
-            f"rolled {len(rolled)} messages into state ({ref.id}), {len(named)} ids kept"
+            f"rolled {len(rolled)} messages into state ({ref.id}): "
+            f"{len(said)} user turns pinned, {len(set(named))} identifiers kept"
         )
-        return state, [m for turn in grouped for m in turn]
+        return state, [m for turn in grouped for m in turn], True
 
     # -- assembly, memory, diagnostics -------------------------------------------------------
 
     def _messages(self, blocks: list[Block], history: list[Message]) -> list[Message]:
         system = next(b.text for b in blocks if b.slot is Slot.SYSTEM)
         context = [b.text for b in blocks if b.slot in (Slot.REFERENCE, Slot.STATE, Slot.RETRIEVED)]
+        # The changes come last: after everything a provider may have cached.
+        changes = [Message(role="user", content=b.text) for b in blocks if b.slot is Slot.UPDATES]
         return [
             Message(role="system", content=system),
             Message(role="user", content="\n\n".join(context)),
             *history,
+            *changes,
         ]
 
     def _remember(self, prompt: Prompt) -> None:

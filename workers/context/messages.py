@@ -39,6 +39,16 @@ class Message(BaseModel):
 
     def text(self) -> str:
         """Everything the model reads of this message (for recall checks)."""
+        return self.full_text
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Message:
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("full_text", None)  # the copy's text is its own, made when asked
+        return copy
+
+    @cached_property
+    def full_text(self) -> str:
+        # Made once per message: the same object every step, so comparing it is O(1).
         calls = " ".join(f"{c.name}({c.arguments_json})" for c in self.tool_calls)
         return f"{self.content} {calls}".strip()
 

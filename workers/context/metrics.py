@@ -15,6 +15,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from .budgets import Slot
 from .engine import Block, Prompt
 
 
@@ -69,8 +70,10 @@ def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str
     """Tokens of the leading blocks both calls share, and the bust cause if any.
 
     A bust is a change to something the previous call sent; growing at the
-    end (appending) is not one.
+    end (appending) is not one. The ``updates`` block is volatile by design
+    and always last, so its change is not a bust (it costs only itself).
     """
+    previous = [b for b in previous if b.slot is not Slot.UPDATES]
     tokens = 0
     for before, now in zip(previous, current, strict=False):
         if before.text != now.text:
@@ -82,7 +85,10 @@ def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str
 
 
 class UsageSink(Protocol):
-    """Where a job's totals are kept (``shared_state.JobUsage`` in Redis)."""
+    """Where a job's totals are kept (``shared_state.JobUsage`` in Redis).
+
+    ``event`` carries the call's step metrics into its ``model.called`` event.
+    """
 
     def record(
         self,
@@ -92,6 +98,7 @@ class UsageSink(Protocol):
         output_tokens: int,
         cost_usd: float,
         compaction: bool = False,
+        event: dict[str, str | int] | None = None,
     ) -> object: ...
 
 
@@ -99,7 +106,10 @@ class UsageSink(Protocol):
 class CallLedger:
     """The calls of one task (or one benchmark strategy), with totals.
 
-    With a ``job`` sink, every call is also added to the job's totals in Redis.
+    With a ``job`` sink, every call is also added to the job's totals in Redis,
+    its step metrics (tool, tool-result and state bytes, latency) in its event.
+    ``tool_result_bytes`` is what the call delivered: the bytes of the tool
+    results the model reads in it (those of the previous step's calls).
     """
 
     model: str = "default"
@@ -116,6 +126,13 @@ class CallLedger:
                 output_tokens=record.output_tokens,
                 cost_usd=record.cost_usd(price_of(self.model)),
                 compaction=record.kind == "compaction",
+                event={
+                    "tool": record.tool,
+                    "tool_result_bytes": record.tool_result_bytes,
+                    "state_bytes": record.state_bytes,
+                    "latency_ms": round(record.latency_ms),
+                    "prefix_tokens": record.prefix_tokens,
+                },
             )
         return record
 

@@ -51,6 +51,16 @@ class Tokenizer:
             self._counts.popitem(last=False)
         return n
 
+    def count_lines(self, text: str) -> int:
+        """``count`` of a multi-line text, line by line: a changed line costs only itself.
+
+        A newline joins the token before it, never the one after (unless the
+        next line starts with whitespace), so counting each line with its
+        newline gives the text's count.
+        """
+        *lines, last = text.split("\n")
+        return sum(self.count(line + "\n") for line in lines) + self.count(last)
+
     def count_message(self, message: Message) -> int:
         n = MESSAGE_OVERHEAD + self.count(message.content)
         for call in message.tool_calls:

@@ -1,10 +1,15 @@
 """WorkingState: a task's structured memory, instead of a chat summary.
 
-The goal is pinned and never summarized away. Counters, named artifact refs,
-the artifact list, the phase and the identifiers kept by compaction are
-updated in code; only decisions, open questions and facts come from the
-model, each with the step and source it came from. Every change returns a
-new version (immutable), so a checkpoint is the state itself.
+The goal is pinned and never summarized away; so are the user's turns
+(``said``), verbatim. Counters, named artifact refs, the artifact list, the
+phase, the identifiers kept from reduced results and rolled turns, and the
+record of what left the context (``dropped``) are updated in code; only
+decisions, open questions, facts and the next action come from the model,
+each with the step and source it came from. Every change returns a new
+version (immutable), so a checkpoint is the state itself.
+
+Every part is bounded (``compaction.fit`` archives the oldest entries of a
+part over its budget into the ``index`` artifact, leaving their count).
 """
 
 from __future__ import annotations
@@ -15,9 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared_state import ArtifactRef, ArtifactSink, Trust
-
-from .identifiers import extract
+from shared_state import ArtifactRef
 
 
 class Fact(BaseModel):
@@ -35,21 +38,43 @@ class Decision(BaseModel):
     step: int = 0
 
 
+# The order parts render in: stable, pinned parts first.
+RENDERED = (
+    "goal",
+    "said",
+    "phase",
+    "progress",
+    "refs",
+    "decisions",
+    "open_questions",
+    "facts",
+    "next_action",
+    "artifacts",
+    "identifiers",
+    "dropped",
+    "archived",
+    "index",
+)
+
+
 class WorkingState(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     version: int = 0
     goal: str
+    said: tuple[str, ...] = ()  # the user's turns, verbatim
     phase: str = "start"
     progress: dict[str, int] = Field(default_factory=dict)
     refs: dict[str, str] = Field(default_factory=dict)  # named artifact ids: "features" -> a-...
     decisions: tuple[Decision, ...] = ()
     open_questions: tuple[str, ...] = ()
     facts: tuple[Fact, ...] = ()
-    artifacts: tuple[str, ...] = ()  # handles, one line each
-    identifiers: tuple[str, ...] = ()  # kept by compaction from rolled-up turns
     next_action: str = ""
-    dropped: tuple[str, ...] = ()  # identifiers compaction could not keep (recorded, not hidden)
+    artifacts: tuple[str, ...] = ()  # handles, one line each
+    identifiers: tuple[str, ...] = ()  # from reduced results and rolled turns, oldest first
+    dropped: tuple[str, ...] = ()  # what left the context, each with the artifact holding it
+    archived: dict[str, int] = Field(default_factory=dict)  # entries moved into ``index``, by part
+    index: str = ""  # the latest index artifact (it names the one before it)
 
     def _next(self, **changes: Any) -> WorkingState:
         return self.model_copy(update={**changes, "version": self.version + 1})
@@ -76,9 +101,24 @@ class WorkingState(BaseModel):
         handle = ref.handle()
         return self if handle in self.artifacts else self._next(artifacts=(*self.artifacts, handle))
 
+    def pin_said(self, turns: Iterable[str]) -> WorkingState:
+        """Pin what the user said, verbatim (``compaction.fit`` keeps it within budget)."""
+        new = tuple(t for t in turns if t and t not in self.said)
+        return self._next(said=(*self.said, *new)) if new else self
+
     def keep_identifiers(self, found: Iterable[str]) -> WorkingState:
-        new = tuple(i for i in dict.fromkeys(found) if i not in self.identifiers)
-        return self._next(identifiers=(*self.identifiers, *new)) if new else self
+        """Keep identifiers, the most recently named last (compaction archives the oldest)."""
+        found = list(dict.fromkeys(found))
+        if not found or tuple(found) == self.identifiers[-len(found) :]:
+            return self
+        again = set(found)
+        kept = tuple(i for i in self.identifiers if i not in again)
+        return self._next(identifiers=(*kept, *found))
+
+    def record_dropped(self, items: Iterable[str]) -> WorkingState:
+        """Record what left the context; each item names the artifact that still holds it."""
+        new = tuple(i for i in dict.fromkeys(items) if i not in self.dropped)
+        return self._next(dropped=(*self.dropped, *new)) if new else self
 
     # -- what the model may add ------------------------------------------------------
 
@@ -102,48 +142,11 @@ class WorkingState(BaseModel):
             next_action=self.next_action if next_action is None else next_action,
         )
 
-    # -- rendering and compaction ---------------------------------------------------------
+    # -- rendering ------------------------------------------------------------------------
 
     def render(self) -> str:
         """A stable, compact text for the prompt (same state, same bytes)."""
-        doc: dict[str, Any] = {"goal": self.goal, "phase": self.phase}
-        for name in ("progress", "refs", "decisions", "open_questions", "facts", "artifacts"):
-            value = getattr(self, name)
-            if value:
-                doc[name] = value
-        if self.identifiers:
-            doc["identifiers"] = self.identifiers
-        if self.next_action:
-            doc["next_action"] = self.next_action
-        plain = self.model_dump(mode="json", include=set(doc))
-        ordered = {k: plain[k] for k in doc}
+        shown = {n for n in RENDERED if n in ("goal", "phase") or getattr(self, n)}
+        plain = self.model_dump(mode="json", include=shown)
+        ordered = {n: plain[n] for n in RENDERED if n in shown}
         return f"WORKING STATE (v{self.version})\n{json.dumps(ordered, indent=0)}"
-
-    def compact(self, sink: ArtifactSink, *, keep: int = 5) -> WorkingState:
-        """Archive the oldest decisions and facts into an artifact, keeping the newest.
-
-        The archive's handle stays in ``artifacts``; identifiers named in what
-        was archived stay in ``identifiers`` — nothing named is lost.
-        """
-        old_decisions, old_facts = self.decisions[:-keep], self.facts[:-keep]
-        if not old_decisions and not old_facts:
-            return self
-        archive = json.dumps(
-            {
-                "decisions": [d.model_dump() for d in old_decisions],
-                "facts": [f.model_dump() for f in old_facts],
-            },
-            indent=1,
-        )
-        ref = sink.put(
-            archive,
-            kind="state-archive",
-            title=f"state v{self.version}: {len(old_decisions)} decisions, {len(old_facts)} facts",
-            source="working-state",
-            trust=Trust.TRUSTED,
-        )
-        kept = self.keep_identifiers(extract(archive))
-        return kept._next(
-            decisions=self.decisions[-keep:] if keep else (),
-            facts=self.facts[-keep:] if keep else (),
-        ).add_artifact(ref)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
@@ -72,7 +72,12 @@ def load_scenario(name_or_path: str) -> Scenario:
     if not path.is_file():
         shipped = ", ".join(sorted(p.stem for p in SCRIPTS.glob("*.json")))
         raise ValueError(f"no scenario {name_or_path!r} (shipped: {shipped}; or a .json path)")
-    return Scenario.from_file(path)
+    try:
+        return Scenario.from_file(path)
+    except ValidationError as exc:  # JSON of the wrong shape: its first problem, in one line
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise ValueError(f"{path}: {where}: {first['msg']}") from exc
 
 
 def _resolve(value: Any, sent: str) -> Any:

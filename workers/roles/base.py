@@ -30,14 +30,22 @@ from shared_state import (
 )
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome, Tool, ToolBox
-from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
+from ..context import (
+    ROLE_BUDGETS,
+    CallLedger,
+    ContextEngine,
+    Message,
+    Slot,
+    WorkingState,
+    tokenizer_for,
+)
 from ..errors import ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
 from ..llm import Provider, ProviderChoice
 from ..sandbox import workspace_path
 from ..summary import DEFAULT_CAP, Summary, capped
 from ..task_run import TaskRun
-from ..tools import as_data, extract_fields, grep_artifact, read_lines, slim
+from ..tools import as_data, extract_fields, grep_artifact, lines_budget, read_lines, slim
 
 NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
 
@@ -88,31 +96,25 @@ class Meter:
         output_tokens: int,
         cost_usd: float,
         compaction: bool = False,
+        event: dict[str, str | int] | None = None,
     ) -> object:
         self.calls += 1
-        totals = self.state.usage(self.task.job_id).record(
+        return self.state.usage(self.task.job_id).record(
             input_tokens=input_tokens,
             cached_tokens=cached_tokens,
             output_tokens=output_tokens,
             cost_usd=cost_usd,
             compaction=compaction,
-        )
-        self.state.events.append(
-            "model.called",
-            {
+            event={
+                **(event or {}),  # the step's metrics, from the ledger
                 "task_id": self.task.task_id,
                 "worker": self.worker,
                 "step": self.calls,
                 "provider": self.provider.name,
                 "model": self.provider.model,
-                "input_tokens": input_tokens,
-                "cached_tokens": cached_tokens,
-                "output_tokens": output_tokens,
                 "kind": "compaction" if compaction else "step",
             },
-            job_id=self.task.job_id,
         )
-        return totals
 
 
 # -- effects: how each journaled tool is applied again and checked on resume -------------
@@ -347,9 +349,8 @@ class AgentTask:
             Message(role="user", content=text),
         ]
         budget = self.state.budget(self.task.job_id)
-        reserved = self.tok.count_messages(messages) + tokens
         try:
-            budget.reserve(reserved)
+            held = budget.reserve(self.tok.count_messages(messages) + tokens)
         except BudgetExceeded:
             return ""  # not sent; cutting, the fallback, always fits
         used = 0
@@ -359,7 +360,7 @@ class AgentTask:
         except ProviderError:
             return ""  # cutting, the fallback, always fits
         finally:
-            budget.settle(reserved, used)
+            budget.settle(held, used)
         self.ledger.record_compaction(
             step=len(self.ledger.calls) + 1,
             input_tokens=reply.usage.input_tokens,
@@ -414,11 +415,13 @@ class AgentTask:
     def reader_tools(self, phases_of: Mapping[str, Sequence[str]]) -> list[Tool]:
         """The named readers (and ``list_workspace``), each offered in the phases given for it."""
         store = self.artifacts
+        # One read_lines shows as much as the results slot can: the rest of a result is one call.
+        most = lines_budget(ROLE_BUDGETS[self.role_name].tokens(Slot.RESULTS))
         readers: dict[str, tuple[str, type[BaseModel], Callable[[Any], str]]] = {
             "read_lines": (
                 "Read numbered lines start..end (1-based, inclusive) of an artifact.",
                 ReadLines,
-                lambda a: read_lines(store, a.id, a.start, a.end),
+                lambda a: read_lines(store, a.id, a.start, a.end, max_tokens=most),
             ),
             "grep_artifact": (
                 "Lines of an artifact matching a regular expression, numbered.",

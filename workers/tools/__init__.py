@@ -1,5 +1,21 @@
 """Tools the roles offer to the model."""
 
-from .readers import READER_TOOLS, as_data, extract_fields, grep_artifact, read_lines, slim
+from .readers import (
+    READER_TOOLS,
+    as_data,
+    extract_fields,
+    grep_artifact,
+    lines_budget,
+    read_lines,
+    slim,
+)
 
-__all__ = ["READER_TOOLS", "as_data", "extract_fields", "grep_artifact", "read_lines", "slim"]
+__all__ = [
+    "READER_TOOLS",
+    "as_data",
+    "extract_fields",
+    "grep_artifact",
+    "lines_budget",
+    "read_lines",
+    "slim",
+]

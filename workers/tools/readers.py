@@ -13,11 +13,14 @@ from typing import Any
 
 from shared_state import ArtifactSink, Trust
 
+from ..context.budgets import DEFAULT_BUDGETS, Slot
 from ..context.engine import ToolSpec
+from ..context.tokens import tokenizer_for
 
-MAX_LINES = 200
 MAX_MATCHES = 50
 MAX_OUTPUT_CHARS = 8_000
+# A reader's result arrives as a tool message, labelled as data: room for that.
+FRAMING_TOKENS = 200
 
 
 def as_data(artifact_id: str, trust: Trust, text: str) -> str:
@@ -37,13 +40,41 @@ def _cap(text: str) -> str:
     return text[:MAX_OUTPUT_CHARS] + f"\n[... cut at {MAX_OUTPUT_CHARS} characters]"
 
 
-def read_lines(sink: ArtifactSink, artifact_id: str, start: int, end: int) -> str:
-    """Lines ``start``..``end`` (1-based, inclusive), numbered; at most MAX_LINES."""
+def lines_budget(results_tokens: int) -> int:
+    """What one ``read_lines`` may return when the results slot holds ``results_tokens``."""
+    return max(1, results_tokens - FRAMING_TOKENS)
+
+
+def read_lines(
+    sink: ArtifactSink,
+    artifact_id: str,
+    start: int,
+    end: int,
+    *,
+    max_tokens: int = lines_budget(DEFAULT_BUDGETS.tokens(Slot.RESULTS)),
+) -> str:
+    """Lines ``start``..``end`` (1-based, inclusive), numbered, up to ``max_tokens``.
+
+    One call reads as much as the results slot can show (the rest of a large
+    result is one call away); what does not fit is named with the call that
+    reads it.
+    """
     if start < 1 or end < start:
         raise ValueError(f"lines must satisfy 1 <= start <= end, got {start}:{end}")
     lines = sink.text(artifact_id).splitlines()
-    end = min(end, len(lines), start + MAX_LINES - 1)
-    return _cap("\n".join(f"{n}: {lines[n - 1]}" for n in range(start, end + 1)))
+    end = min(end, len(lines))
+    tok = tokenizer_for()
+    shown: list[str] = []
+    used = 0
+    for n in range(start, end + 1):
+        line = f"{n}: {lines[n - 1]}"
+        used += tok.count(line) + 1
+        if used > max_tokens and shown:
+            rest = f'read_lines(id="{artifact_id}", start={n}, end={end})'
+            shown.append(f"[lines {n}-{end} not shown: over {max_tokens} tokens; {rest}]")
+            break
+        shown.append(line)
+    return "\n".join(shown)
 
 
 def grep_artifact(sink: ArtifactSink, artifact_id: str, pattern: str) -> str:

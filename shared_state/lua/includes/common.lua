@@ -5,7 +5,11 @@
                                 MAXLEN ~) and remember it for the reply, so the
                                 caller can mirror it to the global stream.
   nowMs()                       Redis server time in milliseconds: leases never
-                                depend on a worker's clock.
+                                depend on a worker's clock. Read once per script:
+                                every decision of one call sees the same instant.
+  sameJob()                     nil when every key in KEYS carries the hash tag of
+                                KEYS[1] (one job's keys), else an error reply: a
+                                caller cannot make a job's script write elsewhere.
   reply(code, data)             {code, data, events}: the shape every script
                                 returns, all of it plain RESP (nothing to
                                 encode here or decode in the client). data
@@ -29,9 +33,25 @@ local function emit(stream, maxlen, fields)
   emitted[#emitted + 1] = {id, unpack(fields)}
 end
 
+local timeMs
+
 local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not timeMs then
+    local t = redis.call('TIME')
+    timeMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return timeMs
+end
+
+local function sameJob()
+  local tag = string.match(KEYS[1], '^[^{]*{[^}]*}:')
+  if not tag then return redis.error_reply('KEYS[1] is not a key of a job: ' .. KEYS[1]) end
+  for i = 2, #KEYS do
+    if string.sub(KEYS[i], 1, #tag) ~= tag then
+      return redis.error_reply('KEYS[' .. i .. '] is not a key of the job of KEYS[1]')
+    end
+  end
+  return nil
 end
 
 local function reply(code, data)

@@ -1,35 +1,71 @@
 --[[
   ownerRow(taskKey, ...)  HMGET of the task's status, token, task_id, owner,
-                          then the extra fields named: what an owner's write
-                          decides by, read once.
+                          lease_until, then the extra fields named (t[6]...):
+                          what an owner's write decides by, read once.
   fence(t, job, stream, token, worker, op)
                           check that the caller still owns the task of row
-                          `t` with this fencing token. Returns nil when it
-                          does. Otherwise records a task.fenced event (with
-                          the stale and the current token) and returns the
-                          reply for code -3 (FENCED), or -1 (NOT_FOUND) when
-                          the task does not exist.
+                          `t` with this fencing token and that its lease has
+                          not run out by Redis time. Returns nil when it
+                          does. A retry of the owner's last write (the same
+                          token, worker and op after that write ended the
+                          claim: its reply was lost) gets that write's reply
+                          again, from `ended`. Otherwise records a
+                          task.fenced event (with the stale and the current
+                          token) and returns the reply for code -3 (FENCED),
+                          or -1 (NOT_FOUND) when the task does not exist.
+  ended(token, worker, op, data)
+                          record on the task that `op` by this token ended
+                          the claim, with its reply data (flat strings), so
+                          that a retry is answered by fence, not refused.
   ownedTask(token, worker, op, ...)
                           the start of an owner's write that goes on only
-                          while the job runs: ownerRow (with the extra
-                          fields), readJob, fence, then endIfJobFinished, on
-                          the standard task KEYS (task, job, events, leases,
-                          and queued if given). Returns the reply that ends
-                          the script (nil to go on), the row and the job.
+                          while the job runs: sameJob, ownerRow (with the
+                          extra fields), readJob, fence, then
+                          endIfJobFinished, on the standard task KEYS (task,
+                          job, events, leases, and queued if given). Returns
+                          the reply that ends the script (nil to go on), the
+                          row and the job.
 ]]
 local function ownerRow(taskKey, ...)
-  return redis.call('HMGET', taskKey, 'status', 'token', 'task_id', 'owner', ...)
+  return redis.call('HMGET', taskKey, 'status', 'token', 'task_id', 'owner', 'lease_until', ...)
+end
+
+local function replayed(token, worker, op)
+  local e = redis.call('HMGET', KEYS[1], 'ended_token', 'ended_by', 'ended_op', 'ended_reply')
+  if e[1] ~= token or e[2] ~= worker or e[3] ~= op then return nil end
+  local data = {}
+  for name, value in string.gmatch(e[4] or '', '([^\t]*)\t([^\t]*)\t') do data[name] = value end
+  return reply(1, data)
+end
+
+local function ended(token, worker, op, data)
+  local flat = {}
+  for name, value in pairs(data) do
+    if value == true then value = 1 elseif value == false then value = 0 end
+    flat[#flat + 1] = name .. '\t' .. value .. '\t'
+  end
+  redis.call('HSET', KEYS[1], 'ended_token', token, 'ended_by', worker, 'ended_op', op,
+    'ended_reply', table.concat(flat))
 end
 
 local function fence(t, job, stream, token, worker, op)
   if not t[1] then return reply(-1) end
-  if t[1] == 'claimed' and t[2] == token then return nil end
+  local status = t[1]
+  if status == 'claimed' and t[2] == token then
+    if tonumber(t[5]) > nowMs() then return nil end
+    status = 'expired' -- still ours on paper, but a successor may take it any moment
+  else
+    local again = replayed(token, worker, op)
+    if again then return again end
+  end
   emit(stream, job.maxlen, {'event', 'task.fenced', 'task_id', t[3], 'worker', worker,
-    'token', token, 'current_token', t[2], 'status', t[1], 'op', op})
-  return reply(-3, {status = t[1], token = t[2], owner = t[4]})
+    'token', token, 'current_token', t[2], 'status', status, 'op', op})
+  return reply(-3, {status = status, token = t[2], owner = t[4]})
 end
 
 local function ownedTask(token, worker, op, ...)
+  local wrong = sameJob()
+  if wrong then return wrong end
   local t = ownerRow(KEYS[1], ...)
   local job = readJob(KEYS[2])
   local refused = fence(t, job, KEYS[3], token, worker, op)

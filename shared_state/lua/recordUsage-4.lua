@@ -1,0 +1,55 @@
+--[[
+  recordUsage: add one model call's usage to its job's totals, once.
+
+  Called by every worker and subagent of a job after each call; atomic, so
+  totals are exact however many processes record at once. Each call has an
+  id chosen by the caller: a record re-sent with the same id (a retry after a
+  lost reply) is not counted again. Not fenced: a call a worker made after
+  losing its lease was still paid for, so it still counts.
+
+  KEYS[1] usage hash       rf:{job}:usage
+  KEYS[2] recorded calls   rf:{job}:usage:calls (set of call ids)
+  KEYS[3] job hash         rf:{job}:job
+  KEYS[4] job event stream rf:{job}:events
+
+  ARGV[1] call id
+  ARGV[2] input tokens
+  ARGV[3] cached input tokens (as the provider reported)
+  ARGV[4] output tokens
+  ARGV[5] cost in micro-USD (integer)
+  ARGV[6] 1 if the call was a compaction (a summarizing call), else 0
+  ARGV[7..] field/value pairs of the model.called event (task_id, worker, step,
+          provider, model, kind), after which the token counts are added
+
+  Returns {code, data, events}
+     1  data = usage (the job's totals after this call, as a hash), counted
+        (1 if this call counted it, 0 if it had been counted already)
+    error  a key in KEYS belongs to another job
+
+  Events: model.called (once per call id).
+]]
+--- @include "common"
+
+local wrong = sameJob()
+if wrong then return wrong end
+local key = KEYS[1]
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
+  return reply(1, {usage = redis.call('HGETALL', key), counted = false})
+end
+local input = tonumber(ARGV[2])
+redis.call('HINCRBY', key, 'calls', 1)
+redis.call('HINCRBY', key, 'input_tokens', input)
+redis.call('HINCRBY', key, 'cached_tokens', tonumber(ARGV[3]))
+redis.call('HINCRBY', key, 'output_tokens', tonumber(ARGV[4]))
+redis.call('HINCRBY', key, 'cost_micro_usd', tonumber(ARGV[5]))
+if ARGV[6] == '1' then redis.call('HINCRBY', key, 'compaction_calls', 1) end
+if input > tonumber(redis.call('HGET', key, 'high_water') or '0') then
+  redis.call('HSET', key, 'high_water', input)
+end
+local fields = {'event', 'model.called', unpack(ARGV, 7)}
+for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_tokens', 4}}) do
+  fields[#fields + 1] = pair[1]
+  fields[#fields + 1] = ARGV[pair[2]]
+end
+emit(KEYS[4], readJob(KEYS[3]).maxlen, fields)
+return reply(1, {usage = redis.call('HGETALL', key), counted = true})

@@ -1,0 +1,33 @@
+"""Secrets out of every message: a Redis URL's password, API keys and bearer tokens.
+
+Errors and log lines quote URLs and provider replies; ``redact`` is applied
+where they are printed or logged, so a ``redis://:s3cret@host`` or an
+``sk-…`` key never reaches a terminal or a log file.
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+
+# scheme://user:password@host -> scheme://user:***@host (and scheme://:password@host).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s/]+)(?=@)")
+# Key-shaped tokens: OpenAI/Anthropic keys, GitHub and Slack tokens, AWS key ids, bearer values.
+_TOKENS = re.compile(
+    r"\b(?:sk-(?:ant-)?[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16})\b"
+    r"|(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{12,}"
+)
+# password=..., api_key: ..., token=... in query strings and config dumps.
+_ASSIGNED = re.compile(
+    r"(?P<head>\b(?:password|passwd|api[_-]?key|secret|token|auth)\b\s*[=:]\s*)(?P<secret>[^\s&,;'\"]+)",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with URL passwords, key-shaped tokens and ``password=…`` values masked."""
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    text = _TOKENS.sub(MASK, text)
+    return _ASSIGNED.sub(lambda m: m.group("head") + MASK, text)

@@ -1,0 +1,260 @@
+"""Replies lost on the wire and stalled connections, through a loopback proxy.
+
+Each test arms ``FaultProxy.drop_reply`` for one script: the command reaches
+the real server and runs, its reply never reaches the client, whose
+connection is cut. The client retries (``shared_state.client``) and every
+script is idempotent for its caller, so the retry gets the first call's
+answer and no effect happens twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from shared_state import (
+    Child,
+    ConnectionFailed,
+    Envelope,
+    Fenced,
+    ForeignTarget,
+    JobSpec,
+    Role,
+    Scenario,
+    State,
+    TaskStatus,
+    keys,
+)
+from shared_state.client import ClientOptions
+from shared_state.scripts import SCRIPTS
+
+from .conftest import events_named, wait_for
+from .helpers import job_with_children
+from .proxy import FaultProxy
+
+
+@pytest.fixture
+def proxy(redis_server) -> Iterator[FaultProxy]:
+    with FaultProxy(redis_server.port) as px:
+        yield px
+
+
+@pytest.fixture
+def remote(proxy: FaultProxy, state: State) -> Iterator[State]:
+    """A State whose every command goes through the proxy (``state`` is direct)."""
+    st = State.connect(proxy.url)
+    yield st
+    st.client.close()
+
+
+def lose_reply_to(proxy: FaultProxy, script: str) -> None:
+    proxy.drop_reply(SCRIPTS[script].sha.encode())
+
+
+def waiting_envelope(state: State, job_id: str, task_id: str, role: Role) -> bool:
+    envelope = state.client.hget(keys.task(job_id, task_id), "envelope")
+    return envelope is not None and state.delivery.is_waiting(role, envelope.decode())
+
+
+def test_a_lost_claim_reply_is_retried_and_costs_no_attempt(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP, max_attempts=1))
+    lose_reply_to(proxy, "claimTask")
+    claimed = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    assert proxy.dropped == 1
+    assert claimed is not None and claimed.claim.token == 1
+    task = state.tasks.get(job.job_id, job.root_task)
+    assert (task.status, task.attempt, task.owner, task.token) == (TaskStatus.CLAIMED, 1, "w1", 1)
+    assert len(events_named(state, job.job_id, "task.claimed")) == 1
+
+
+def test_a_lost_completion_reply_still_delivers_the_parent_at_once(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job, parent, (child_id,) = job_with_children(state, 1)
+    child = remote.tasks.claim(job.job_id, child_id, "w1", 60_000)
+    assert child is not None
+    lose_reply_to(proxy, "completeTask")
+    done = remote.tasks.complete(child.claim, parent.task_id, "ok")
+    assert proxy.dropped == 1
+    assert done.parent_requeued == parent.task_id
+    # Delivered by the retrying caller, not 5 s later by the reaper.
+    assert waiting_envelope(state, job.job_id, parent.task_id, Role.PLANNER)
+    assert len(events_named(state, job.job_id, "task.succeeded")) == 1
+    assert not events_named(state, job.job_id, "task.fenced")
+
+
+def test_a_lost_completion_reply_of_the_root_still_reports_the_job_finished(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    root = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    lose_reply_to(proxy, "completeTask")
+    assert remote.tasks.complete(root.claim, "", "done").job_finished
+    assert len(events_named(state, job.job_id, "job.succeeded")) == 1
+
+
+def test_a_lost_spawn_reply_creates_the_children_once_and_delivers_them(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    root = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    lose_reply_to(proxy, "spawnChildren")
+    ids = remote.tasks.spawn(root.claim, "review", [Child(Role.CODER, f"c{i}") for i in range(3)])
+    assert proxy.dropped == 1
+    tasks = state.tasks.list(job.job_id)
+    assert sorted(t.task_id for t in tasks if t.parent_id) == sorted(ids)
+    assert state.tasks.get(job.job_id, root.task.task_id).pending == 3
+    assert all(waiting_envelope(state, job.job_id, i, Role.CODER) for i in ids)
+    assert len(events_named(state, job.job_id, "task.waiting")) == 1
+
+
+def test_a_lost_failure_reply_requeues_once_and_delivers_at_once(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP, max_attempts=3))
+    root = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    lose_reply_to(proxy, "failTask")
+    assert remote.tasks.fail(root.claim, "boom") == "requeued"
+    task = state.tasks.get(job.job_id, job.root_task)
+    assert (task.status, task.attempt) == (TaskStatus.QUEUED, 2)  # not 3
+    assert waiting_envelope(state, job.job_id, job.root_task, Role.PLANNER)
+    assert len(events_named(state, job.job_id, "task.failed")) == 1
+
+
+def test_a_lost_submit_reply_still_returns_the_one_job_it_created(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    lose_reply_to(proxy, "submitJob")
+    job = remote.jobs.submit(JobSpec(goal="once", scenario=Scenario.NOOP))
+    assert proxy.dropped == 1
+    assert [j.decode() for j in state.client.zrange(keys.JOBS, 0, -1)] == [job.job_id]
+    assert state.jobs.get(job.job_id).goal == "once"
+    assert job.created_ms == state.jobs.get(job.job_id).created_ms > 0
+    assert len(events_named(state, job.job_id, "job.submitted")) == 1
+    assert waiting_envelope(state, job.job_id, job.root_task, Role.PLANNER)
+
+
+def test_lost_budget_and_usage_replies_count_once(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=10_000))
+    budget = remote.budget(job.job_id)
+    lose_reply_to(proxy, "reserveTokens")
+    held = budget.reserve(1_000)
+    assert state.budget(job.job_id).state().reserved == 1_000
+    lose_reply_to(proxy, "settleTokens")
+    budget.settle(held, 400)
+    lose_reply_to(proxy, "recordUsage")
+    remote.usage(job.job_id).record(
+        input_tokens=300, cached_tokens=100, output_tokens=100, cost_usd=0.01, event={"step": 1}
+    )
+    assert proxy.dropped == 3
+    final = state.budget(job.job_id).state()
+    assert (final.used, final.reserved) == (400, 0)
+    usage = state.usage(job.job_id).get()
+    assert (usage.calls, usage.input_tokens, usage.output_tokens) == (1, 300, 100)
+    assert len(events_named(state, job.job_id, "model.called")) == 1
+
+
+def test_a_reservation_never_settled_is_given_back_after_it_expires(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=1_000))
+    budget = state.budget(job.job_id)
+    budget.reserve(900)  # its worker dies mid-call: never settled
+    state.client.hset(  # as if the reservation's time had passed
+        keys.budget(job.job_id),
+        next(f for f in state.client.hkeys(keys.budget(job.job_id)) if f.startswith(b"r:")),
+        "900 1",
+    )
+    assert budget.reserve(800).state.reserved == 800
+
+
+def test_a_delivery_resent_after_a_lost_reply_is_a_harmless_duplicate(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    proxy.drop_reply(b"MULTI")
+    remote.delivery.send([Envelope(job.job_id, job.root_task, Role.PLANNER)])
+    assert proxy.dropped == 1
+    first = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    assert first is not None
+    assert state.tasks.claim(job.job_id, job.root_task, "w2", 60_000) is None
+
+
+def test_a_stalled_connection_raises_after_its_timeout_instead_of_hanging(
+    state: State, proxy: FaultProxy
+) -> None:
+    client = State.connect(proxy.url, client_options=ClientOptions(socket_timeout_s=0.3, retries=1))
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    proxy.stall()
+    started = time.monotonic()
+    with pytest.raises((ConnectionFailed, redis.TimeoutError, redis.ConnectionError)):
+        client.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    elapsed = time.monotonic() - started
+    proxy.resume()
+    assert elapsed < 5, f"a stalled call hung for {elapsed:.1f}s"
+    # The claim reached the server before the stall hid its reply, or it did not:
+    # either way a retry by the same worker now answers, with the same single claim.
+    again = wait_for(lambda: client.tasks.claim(job.job_id, job.root_task, "w1", 60_000))
+    assert again.claim.token == 1
+    client.client.close()
+
+
+def test_an_owner_cannot_write_outside_its_own_jobs_records(state: State) -> None:
+    job, _, (child_id,) = job_with_children(state, 1)
+    owner = state.tasks.claim(job.job_id, child_id, "w1", 60_000).claim
+    other = state.jobs.submit(JobSpec(goal="other", scenario=Scenario.NOOP))
+    state.tasks.owner_write(owner, [(keys.workspace(job.job_id), "a.py", "a-1")])
+    for target in (
+        keys.workspace(other.job_id),  # another job's files
+        keys.job(job.job_id),  # its own job's status
+        keys.task(job.job_id, child_id),  # its own task hash
+    ):
+        with pytest.raises(ForeignTarget):
+            state.tasks.owner_write(
+                owner, [(keys.workspace(job.job_id), "b.py", "a-2"), (target, "status", "x")]
+            )
+    assert state.client.hgetall(keys.workspace(job.job_id)) == {b"a.py": b"a-1"}
+    assert state.jobs.get(job.job_id).status.value == "running"
+    assert state.tasks.get(job.job_id, child_id).status == TaskStatus.CLAIMED
+    assert not state.client.exists(keys.workspace(other.job_id))
+
+
+def test_a_write_after_the_lease_ran_out_is_fenced_even_before_a_takeover(
+    state: State,
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    root = state.tasks.claim(job.job_id, job.root_task, "w1", 300)
+    wait_for(lambda: state.client.zscore(keys.leases(job.job_id), job.root_task) < _now(state))
+    with pytest.raises(Fenced) as err:
+        state.tasks.renew(root.claim, 300)
+    assert err.value.current["status"] == "expired"
+    with pytest.raises(Fenced):
+        state.tasks.complete(root.claim, "", "late")
+    assert state.tasks.get(job.job_id, job.root_task).status == TaskStatus.CLAIMED
+    assert not events_named(state, job.job_id, "job.succeeded")
+
+
+def test_a_script_refuses_keys_of_two_jobs(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    other = state.jobs.submit(JobSpec(goal="h", scenario=Scenario.NOOP))
+    task_keys = [
+        keys.task(job.job_id, job.root_task),
+        keys.job(other.job_id),  # the wrong job's hash
+        keys.job_events(job.job_id),
+        keys.leases(job.job_id),
+        keys.queued(job.job_id),
+        keys.tasks(job.job_id),
+    ]
+    with pytest.raises(redis.ResponseError, match="not a key of the job of KEYS"):
+        state.runner.run("claimTask", job.job_id, task_keys, ["w1", 1000, "1"])
+    assert state.tasks.get(job.job_id, job.root_task).status == TaskStatus.QUEUED
+
+
+def _now(state: State) -> int:
+    sec, usec = state.client.time()
+    return sec * 1000 + usec // 1000

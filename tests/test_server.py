@@ -1,0 +1,218 @@
+"""The embedded redis-server: loading, durability, stopping under a fleet, port reuse, orphans.
+
+Every test runs real redis-server processes and stops the ones it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from coordinator.connection import Embedded
+from shared_state import RedisServer, State, StateError
+
+from .conftest import wait_for
+
+# The session server's fixture skips these tests without a redis-server binary (fails in CI).
+pytestmark = pytest.mark.usefixtures("redis_server")
+
+ROOT = Path(__file__).resolve().parents[1]
+FILL = "for i = 1, 1000 do redis.call('SET', ARGV[1] .. i, ARGV[2]) end"
+WORKER_FIELDS = {"pid": 1, "host": "test", "role": "coder", "state": "idle"}
+
+
+def no_retry(url: str) -> redis.Redis:
+    """A client that raises a LOADING reply at once instead of retrying it."""
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["REDFLEET_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def start_embedded(home: Path) -> str:
+    """Start the embedded server through the CLI, whose process then exits; its URL."""
+    proc = cli(home, "workers", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = Embedded(home).status()
+    assert info, "the embedded server is not running after a CLI command"
+    return info["url"]
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie waiting to be reaped has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., RedisServer]]:
+    """Start RedisServers; every one is stopped after the test."""
+    started: list[RedisServer] = []
+
+    def start(**options: Any) -> RedisServer:
+        started.append(RedisServer(**options))
+        return started[-1].start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A REDFLEET_HOME whose embedded server is stopped after the test."""
+    yield tmp_path
+    Embedded(tmp_path).stop(force=True)
+
+
+def test_a_restart_over_a_large_append_only_file_serves_commands_once_start_returns(
+    tmp_path: Path, start_server: Callable[..., RedisServer]
+) -> None:
+    first = start_server(data_dir=tmp_path)
+    with redis.Redis(port=first.port) as client:
+        for batch in range(200):  # 200,000 keys: loading them takes a measurable time
+            client.eval(FILL, 0, f"k{batch}:", "x" * 20)
+    first.process.kill()
+    first.process.wait()
+    for _ in range(3):
+        server = start_server(data_dir=tmp_path)
+        with no_retry(server.url) as client:
+            assert client.get("k199:1000") == b"x" * 20
+            assert client.info("persistence")["loading"] == 0
+            assert client.dbsize() == 200_000
+        server.process.kill()
+        server.process.wait()
+
+
+def test_a_server_that_exits_at_start_reports_the_tail_of_its_log(
+    tmp_path: Path, start_server: Callable[..., RedisServer]
+) -> None:
+    (tmp_path / "appendonly.aof").write_bytes(b"garbage\r\n")
+    with pytest.raises(StateError, match=r"exited at start: .*Bad file format") as raised:
+        start_server(data_dir=tmp_path)
+    assert "\n" not in str(raised.value)  # the CLI reports it as one line
+
+
+def test_the_embedded_server_fsyncs_every_write_and_keeps_acknowledged_ones_over_a_kill(
+    home: Path,
+) -> None:
+    url = start_embedded(home)
+    with redis.Redis.from_url(url) as client:
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "always"}
+        for i in range(100):
+            client.set(f"done:{i}", i)
+    os.kill(Embedded(home).status()["pid"], signal.SIGKILL)
+    wait_for(lambda: Embedded(home).status() is None, timeout=10, what="the server to die")
+    assert start_embedded(home) == url
+    with no_retry(url) as client:
+        assert client.mget([f"done:{i}" for i in range(100)]) == [b"%d" % i for i in range(100)]
+
+
+def test_server_stop_refuses_while_a_worker_beats_and_stops_with_force(home: Path) -> None:
+    url = start_embedded(home)
+    with State.connect(url) as state:
+        state.workers.beat("w-coder-t1", 60_000, WORKER_FIELDS)
+    for args in (("server", "stop"), ("server", "stop", "--json")):
+        proc = cli(home, *args)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "1 live worker (w-coder-t1)" in line
+        assert "redfleet server stop --force" in line
+        assert proc.stdout == ""
+    assert Embedded(home).status()["url"] == url  # still the same server
+    proc = cli(home, "server", "stop", "--force", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"stopped": True}
+    assert Embedded(home).status() is None
+
+
+def test_server_stop_refuses_while_a_client_is_connected_and_stops_once_it_left(
+    home: Path,
+) -> None:
+    url = start_embedded(home)
+    with redis.Redis.from_url(url) as client:
+        client.ping()
+        proc = cli(home, "server", "stop")
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "1 client connection;" in line and "live worker" not in line
+    proc = cli(home, "server", "stop")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopped"
+    assert Embedded(home).status() is None
+
+
+def test_a_server_started_again_after_stop_takes_the_same_port_and_data(home: Path) -> None:
+    url = start_embedded(home)
+    with redis.Redis.from_url(url) as client:
+        client.set("kept", "yes")
+    assert cli(home, "server", "stop").stdout.strip() == "stopped"
+    assert start_embedded(home) == url
+    with no_retry(url) as client:
+        assert client.get("kept") == b"yes"
+
+
+def test_a_server_started_again_takes_another_port_when_its_old_one_is_taken(
+    home: Path, start_server: Callable[..., RedisServer]
+) -> None:
+    url = start_embedded(home)
+    port = Embedded(home).status()["port"]
+    assert cli(home, "server", "stop").stdout.strip() == "stopped"
+    squatter = start_server(port=port)
+    new_url = start_embedded(home)
+    assert new_url != url
+    with no_retry(new_url) as client:
+        client.set("ours", 1)
+    with no_retry(squatter.url) as client:
+        assert client.get("ours") is None
+
+
+CHILD = """
+import sys
+from shared_state import RedisServer
+print(RedisServer().start().process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_parent_leaves_no_redis_server_behind() -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", CHILD], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    pid = 0
+    try:
+        pid = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: not alive(pid), timeout=10, what=f"redis-server {pid} to exit")
+    finally:
+        parent.kill()
+        parent.wait()
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)  # the orphan this test found

@@ -1,0 +1,153 @@
+"""Keeping the working state within its budget, part by part.
+
+Each part of the state has its own budget (``StateBudget``). A part over it
+moves its oldest entries into an index artifact until it is at half its
+budget, leaving a count in ``archived`` and the index's id in ``index``
+(each index names the one before it, so the chain holds everything). What
+the user said is archived only when it cannot fit, and then each turn is
+also listed in ``dropped``: a visible loss, never a silent one. Identifiers
+named in archived notes stay pinned.
+
+A compaction that does not shrink the state, or leaves it over the slot's
+budget, raises ``StateCompactionStuck``: it is a bug, not a log line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from shared_state import ArtifactSink, Trust
+
+from ..errors import StateCompactionStuck
+from .budgets import StateBudget
+from .identifiers import extract
+from .tokens import Tokenizer
+from .working_state import WorkingState
+
+# Parts archived oldest first, in this order (archived notes pin identifiers first).
+_LISTS = ("said", "identifiers", "artifacts")
+
+
+def state_tokens(tok: Tokenizer, state: WorkingState) -> int:
+    """The rendered state's tokens, counted line by line so unchanged lines cost nothing."""
+    return tok.count_lines(state.render())
+
+
+def _size(tok: Tokenizer, entries: Sequence[Any]) -> int:
+    return sum(tok.count(_line(e)) + 1 for e in entries)
+
+
+def _line(entry: Any) -> str:
+    return json.dumps(_plain(entry))
+
+
+def _oldest(tok: Tokenizer, entries: Sequence[Any], budget: int) -> int:
+    """How many of the oldest entries to archive to bring the part to half its budget."""
+    if _size(tok, entries) <= budget:
+        return 0
+    size, n = _size(tok, entries), 0
+    while n < len(entries) and size > budget // 2:
+        size -= tok.count(_line(entries[n])) + 1
+        n += 1
+    return n
+
+
+def _notes(tok: Tokenizer, state: WorkingState, budget: int) -> tuple[int, int]:
+    """How many of the oldest decisions and facts to archive (the model's notes)."""
+    notes = [*state.decisions, *state.facts, *state.open_questions, state.next_action]
+    if _size(tok, notes) <= budget:
+        return 0, 0
+    size = _size(tok, notes)
+    decisions = facts = 0
+    # Alternate, oldest first, so neither kind is emptied for the other.
+    while size > budget // 2 and (decisions < len(state.decisions) or facts < len(state.facts)):
+        if decisions < len(state.decisions) and (
+            facts >= len(state.facts)
+            or (state.decisions[decisions].step, decisions) <= (state.facts[facts].step, facts)
+        ):
+            size -= tok.count(_line(state.decisions[decisions])) + 1
+            decisions += 1
+        else:
+            size -= tok.count(_line(state.facts[facts])) + 1
+            facts += 1
+    return decisions, facts
+
+
+def _plain(entry: Any) -> Any:
+    return entry if isinstance(entry, str) else entry.model_dump()
+
+
+def _index(
+    state: WorkingState, moved: dict[str, list[Any]], sink: ArtifactSink
+) -> tuple[WorkingState, str]:
+    """Write archived entries to a new index artifact (naming the previous one)."""
+    doc: dict[str, Any] = {"previous": state.index, "state_version": state.version}
+    doc |= {part: [_plain(e) for e in entries] for part, entries in moved.items()}
+    counts = ", ".join(f"{len(v)} {part}" for part, v in moved.items())
+    ref = sink.put(
+        json.dumps(doc, indent=1),
+        kind="state-index",
+        title=f"state v{state.version} archive: {counts}",
+        source="working-state",
+        trust=Trust.TRUSTED,
+    )
+    archived = dict(state.archived)
+    for part, entries in moved.items():
+        archived[part] = archived.get(part, 0) + len(entries)
+    return state.model_copy(update={"archived": archived, "index": ref.id}), ref.id
+
+
+def _compact_once(
+    tok: Tokenizer, state: WorkingState, budget: StateBudget, sink: ArtifactSink
+) -> tuple[WorkingState, list[str]]:
+    moved: dict[str, list[Any]] = {}
+    decisions, facts = _notes(tok, state, budget.notes)
+    if decisions or facts:
+        moved["decisions"] = list(state.decisions[:decisions])
+        moved["facts"] = list(state.facts[:facts])
+        archived_text = json.dumps([_plain(e) for v in moved.values() for e in v])
+        state = state.model_copy(
+            update={"decisions": state.decisions[decisions:], "facts": state.facts[facts:]}
+        ).keep_identifiers(extract(archived_text))
+    for part in _LISTS:
+        entries = getattr(state, part)
+        n = _oldest(tok, entries, getattr(budget, part))
+        if n:
+            moved[part] = list(entries[:n])
+            state = state.model_copy(update={part: entries[n:]})
+    moved = {part: entries for part, entries in moved.items() if entries}
+    actions: list[str] = []
+    if moved:
+        state, index = _index(state, moved, sink)
+        counts = ", ".join(f"{len(v)} {part}" for part, v in moved.items())
+        actions.append(f"state archived into {index}: {counts}")
+        lost = [f"user turn {t[:60]!r} (in {index})" for t in moved.get("said", [])]
+        if lost:
+            # Archived, not deleted, but no longer in front of the model: say so.
+            state = state.record_dropped(lost)
+            actions.append(f"user turns not pinned (over their budget): {len(lost)}, in {index}")
+    n = _oldest(tok, state.dropped, budget.dropped)
+    if n:
+        old, kept = list(state.dropped[:n]), state.dropped[n:]
+        state, index = _index(state.model_copy(update={"dropped": kept}), {"dropped": old}, sink)
+        actions.append(f"state archived into {index}: {n} dropped")
+    return state, actions
+
+
+def fit(
+    tok: Tokenizer, state: WorkingState, budget: StateBudget, slot: int, sink: ArtifactSink
+) -> tuple[WorkingState, list[str]]:
+    """The state with every part within its budget, and what was archived to get there."""
+    before = state_tokens(tok, state)
+    compacted, actions = _compact_once(tok, state, budget, sink)
+    if not actions:
+        if before > slot:
+            raise StateCompactionStuck(before, before, slot)
+        return state, []
+    after = state_tokens(tok, compacted)
+    if after >= before or after > slot:
+        raise StateCompactionStuck(before, after, slot)
+    compacted = compacted.model_copy(update={"version": state.version + 1})
+    return compacted, [*actions, f"state compacted: {before} -> {after} tokens"]

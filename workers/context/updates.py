@@ -1,0 +1,76 @@
+"""What changed in the working state since its snapshot: the volatile block.
+
+The state's snapshot sits in the cached prefix and is re-rendered only when
+the prefix is invalidated anyway (a roll, a compaction, a phase change) or
+when this block outgrows its budget. Until then every change shows here, in
+a small block after the cached prefix, in the very next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .working_state import WorkingState
+
+# Parts that only grow between snapshots (compaction, which shrinks them, re-snapshots).
+_APPENDED = {
+    "said": "user said",
+    "decisions": "decision",
+    "facts": "fact",
+    "artifacts": "artifact",
+    "identifiers": "identifiers",
+    "dropped": "dropped",
+}
+
+
+def _added(before: Sequence[Any], after: Sequence[Any]) -> list[Any] | None:
+    """The entries appended to ``before``; None when it was not merely appended to."""
+    if tuple(after[: len(before)]) != tuple(before):
+        return None
+    return list(after[len(before) :])
+
+
+def changes(before: WorkingState, after: WorkingState) -> list[str] | None:
+    """One line per change from ``before`` to ``after``; None if only a new snapshot can show it.
+
+    An identifier kept again only moves within its list (the most recent
+    last); it is in the snapshot already, so only new ones are shown.
+    """
+    if after.phase != before.phase or after.index != before.index or after.goal != before.goal:
+        return None
+    lines: list[str] = []
+    for name, label in _APPENDED.items():
+        if name == "identifiers":
+            known = set(before.identifiers)
+            new = [i for i in after.identifiers if i not in known]
+            if new:
+                lines.append(f"+ {label}: {', '.join(new)}")
+            continue
+        added = _added(getattr(before, name), getattr(after, name))
+        if added is None:
+            return None
+        for entry in added:
+            if name == "facts":
+                lines.append(f"+ {label}: {entry.text} (source: {entry.source or '-'})")
+            elif name == "decisions":
+                lines.append(f"+ {label}: {entry.text}")
+            else:
+                lines.append(f"+ {label}: {entry}")
+    for counter, value in after.progress.items():
+        if before.progress.get(counter) != value:
+            lines.append(f"progress.{counter} = {value}")
+    for name, artifact_id in after.refs.items():
+        if before.refs.get(name) != artifact_id:
+            lines.append(f"refs.{name} = {artifact_id}")
+    opened = [q for q in after.open_questions if q not in before.open_questions]
+    closed = [q for q in before.open_questions if q not in after.open_questions]
+    lines += [f"+ open question: {q}" for q in opened]
+    lines += [f"- resolved question: {q}" for q in closed]
+    if after.next_action != before.next_action:
+        lines.append(f"next action: {after.next_action or '(none)'}")
+    return lines
+
+
+def render(before: WorkingState, after: WorkingState, lines: list[str]) -> str:
+    return f"STATE CHANGES since v{before.version} (now v{after.version})\n" + "\n".join(lines)
