@@ -24,6 +24,7 @@ from workers.context import (
     tokenizer_for,
     turns,
 )
+from workers.context.stubs import CUT_MARK
 from workers.errors import ContextCeilingExceeded, PromptTooLarge
 
 TOK = tokenizer_for()
@@ -109,7 +110,7 @@ def test_a_large_result_the_model_has_not_seen_stays_whole() -> None:
     page = words(3_000, "p")
     assert TOK.count(page) > 1_000
     prompt = ContextEngine(sink).build(request(step(1, page)))
-    assert prompt.history[1].content == page and not sink.refs()
+    assert prompt.history[1].content == page and CUT_MARK not in prompt.text()
 
 
 def test_two_results_of_one_turn_are_both_whole_in_the_next_call() -> None:
@@ -142,8 +143,8 @@ def test_a_batch_over_the_results_slot_is_cut_to_shares_with_a_reader_for_the_re
     cut = prompt.history[1].content
     assert prompt.history[2].content == words(100)  # the small one stays whole
     assert TOK.count_messages(prompt.history[1:]) <= DEFAULT_BUDGETS.tokens(Slot.RESULTS)
-    (ref,) = sink.refs()
-    assert sink.text(ref.id) == text and ref.id in cut
+    (ref,) = [r for r in sink.refs() if r.id in cut]
+    assert sink.text(ref.id) == text
     shown = int(cut.split("shown")[0].split("lines 1-")[1].split(" ")[0])
     assert f'read_lines(id="{ref.id}", start={shown + 1}, end=500)' in cut
     # Identifiers from the part not shown are in the mark, whole.
@@ -211,11 +212,16 @@ def test_what_the_user_said_is_pinned_verbatim_when_its_turn_rolls() -> None:
     history = [Message(role="user", content=decision)]
     engine = ContextEngine(sink)
     state = WorkingState(goal="audit")
-    for i in range(300):
+    rolled_at = None
+    for i in range(1_000):
         history += step(i, words(300, f"r{i}_"))
         prompt = engine.build(request(history, state=state))
         history, state = prompt.history, prompt.state
-    assert all(m.content != decision for m in history)  # its turn rolled long ago
+        if rolled_at is None and all(m.content != decision for m in history):
+            rolled_at = i
+        if rolled_at is not None and i >= rolled_at + 100:
+            break
+    assert rolled_at is not None and i == rolled_at + 100  # its turn rolled long ago
     assert decision in prompt.text() and decision in state.said
 
 
@@ -328,3 +334,31 @@ def test_changes_over_their_budget_re_render_the_state_as_a_recorded_cache_bust(
         assert sum(b.tokens for b in prompt.blocks if b.slot is Slot.UPDATES) <= 400
     # Re-rendered only when the changes outgrew their block: a few busts, not one a call.
     assert 0 < causes.count("state changed") < 5
+
+
+def test_a_clearing_takes_every_seen_result_but_the_kept_ones_in_one_batch() -> None:
+    history = [m for i in range(6) for m in step(i, words(400, f"r{i}"))]
+    history += step(6, words(400, "new"))
+    policy = ClearingPolicy(trigger=1_000, keep=1, clear_at_least=500)
+    prompt, _ = _clearing(history, policy)
+    results = [m for m in prompt.history if m.role == "tool"]
+    # Far more than the trigger needs is cleared: all but the kept one and the unseen one.
+    assert all(m.content.startswith("[tool result cleared:") for m in results[:5])
+    assert results[5].content == words(400, "r5") and results[6].content == words(400, "new")
+
+
+def test_a_new_result_is_stored_with_its_identifiers_the_step_it_arrives() -> None:
+    sink = MemoryArtifacts()
+    policy = ClearingPolicy(trigger=200, keep=0, clear_at_least=100)
+    engine = ContextEngine(sink, budgets=budgets(clearing=policy))
+    text = words(150) + "\nreconciled against ACCT-7Q2X9 (do not change)\n" + words(150, "z")
+    history = step(0, text)
+    prompt = engine.build(request(history))
+    assert prompt.history == history  # shown whole: the model has not seen it
+    (stored,) = [r for r in sink.refs() if r.kind == "tool-result"]
+    assert sink.text(stored.id) == text
+    # The clearing a step later only swaps in the stub of what was stored then.
+    prompt = engine.build(request([*prompt.history, *step(1, "short")]))
+    stub = prompt.history[1].content
+    assert stub.startswith("[tool result cleared:") and stored.id in stub and "ACCT-7Q2X9" in stub
+    assert len([r for r in sink.refs() if r.kind == "tool-result"]) == 2  # none stored twice

@@ -178,6 +178,7 @@ class ContextEngine:
         offered = {t.name for t in tools}
         history, state = list(request.history), request.state
         fresh = _fresh(history)
+        self._store_fresh(history, fresh)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
         history, state = self._clear_seen(history, fresh, state, offered, actions)
         state, history, rolled = self._roll(state, history, actions)
@@ -327,6 +328,18 @@ class ContextEngine:
         self._reduced[key] = reduced
         return reduced
 
+    def _store_fresh(self, history: list[Message], fresh: set[int]) -> None:
+        """Store each new result and read its identifiers once, the step it arrives.
+
+        A clearing then only swaps texts: the work of reducing a result is
+        spread over the steps results arrive, not piled on the step a batch
+        is cleared (so a step's build time stays flat).
+        """
+        calls = {c.id: c for m in history for c in m.tool_calls}
+        for i in sorted(fresh):
+            if not _is_reduced(history[i]):
+                self._store(history[i], calls.get(history[i].tool_call_id or ""))
+
     def _cut_fresh(
         self,
         history: list[Message],
@@ -394,9 +407,10 @@ class ContextEngine:
         calls = {c.id: c for m in history for c in m.tool_calls}
         plan: list[tuple[int, Message, list[str], Reduced]] = []
         freed = 0
+        # A clearing re-sends everything after the first cleared result uncached anyway,
+        # so it clears every seen result but the ``keep`` most recent: one bust, then a
+        # long run of calls whose prefix is stable.
         for i in seen[: max(0, len(seen) - policy.keep)]:
-            if freed >= policy.clear_at_least and total - freed <= policy.trigger:
-                break
             result = history[i]
             reduced = self._store(result, calls.get(result.tool_call_id or ""))
             shown, hidden = stubs.bounded(
