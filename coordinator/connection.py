@@ -161,7 +161,8 @@ def redis_url(settings: Settings) -> str:
     return settings.redis_url or Embedded(settings.home).ensure()
 
 
-# A command a person waits for retries a lost reply or a blip (under 2 s in all),
+# A command a person waits for retries a lost reply or a blip (under 2 s in all
+# against a server that refuses; each try on a stalled one ends after 5 s),
 # then says Redis is unreachable; a fleet, a worker or a reaper rides out a
 # restart with the full retry budget of ``ClientOptions``.
 INTERACTIVE = ClientOptions(retries=4)

@@ -48,9 +48,6 @@ class TokenBudget:
         self.job_id = job_id
         self.key = keys.budget(job_id)
 
-    def set_limit(self, limit: int) -> None:
-        self.runner.client.hset(self.key, mapping={"limit": limit, "used": 0, "reserved": 0})
-
     def reserve(self, tokens: int) -> Reservation:
         """Reserve ``tokens`` for one call; BudgetExceeded if it would overrun."""
         rid = secrets.token_hex(8)

@@ -29,7 +29,7 @@ class ClientOptions:
     """How a client talks to Redis.
 
     The default retry budget (12 retries, backoff from 0.1 s doubling to 2 s,
-    jittered) waits 9 to 17 s for a server that refuses connections, and each
+    jittered) waits 10 to 19 s for a server that refuses connections, and each
     attempt on a stalled connection ends after ``socket_timeout_s``.
     """
 

@@ -133,7 +133,7 @@ class Delivery:
         names = pipe.execute()
         pipe = self.client.pipeline(transaction=False)
         for name in names:
-            pipe.exists(keys.worker(name.decode() if name else ""))
+            pipe.exists(keys.worker(_worker_id(name.decode()) if name else ""))
         return [
             (role, rq_id)
             for (role, rq_id, _), name, alive in zip(started, names, pipe.execute(), strict=True)
@@ -169,3 +169,13 @@ class Delivery:
         for queue in self.queues.values():
             pipe.llen(queue.key)
         return {role.value: n for role, n in zip(self.queues, pipe.execute(), strict=True)}
+
+
+def _worker_id(rq_name: str) -> str:
+    """The redfleet worker id behind an RQ worker name.
+
+    A worker that rode out an outage runs a fresh RQ loop named
+    ``<worker id>.<n>`` (RQ refuses a second birth under one name).
+    """
+    head, dot, tail = rq_name.rpartition(".")
+    return head if dot and tail.isdigit() else rq_name

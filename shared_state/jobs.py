@@ -18,6 +18,9 @@ from .tasks import new_task_id
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 # An indexed id without a record this young may be a submission still writing it.
 SUBMIT_GRACE_MS = 60_000
+# A submit writes its records within this of indexing the id, or not at all:
+# well inside the grace, so the reaper never drops a job that then appears.
+SUBMIT_DEADLINE_MS = SUBMIT_GRACE_MS // 2
 _PRUNE_CHUNK = 1_000  # ids per round trip when pruning the job index
 
 
@@ -90,9 +93,15 @@ class JobStore:
                     root,
                     spec.token_budget,
                     spec.goal[:200],
+                    now,
+                    SUBMIT_DEADLINE_MS,
                     *(x for kv in fields.items() for x in kv),
                 ],
             )
+            if res.code == Code.NOT_CLAIMABLE:
+                raise SubmitUnconfirmed(
+                    job_id, f"Redis answered after {res.data['late_ms']} ms; nothing was created"
+                )
             self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
             self.events.flush()  # a new job shows in `redfleet logs` at once
         except (redis.ConnectionError, redis.TimeoutError, ConnectionFailed) as exc:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .errors import Code, ConnectionFailed
+from .redact import redact
 
 if TYPE_CHECKING:
     from .events import EventLog  # which calls the mirror script from here
@@ -144,7 +145,7 @@ class Runner:
             raw = self._call(name, keys, args, pending)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.events.defer_mirrored(pending)
-            raise ConnectionFailed(f"Redis unreachable: {exc}") from exc
+            raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
         result = ScriptResult.parse(raw)
         self.events.defer(job_id, result.events)
         return result

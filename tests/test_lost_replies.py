@@ -25,11 +25,15 @@ from shared_state import (
     Role,
     Scenario,
     State,
+    SubmitUnconfirmed,
     TaskStatus,
     keys,
 )
+from shared_state import jobs as jobs_module
 from shared_state.client import ClientOptions
+from shared_state.jobs import SUBMIT_DEADLINE_MS
 from shared_state.scripts import SCRIPTS
+from workers.heartbeat import Heartbeat
 
 from .conftest import events_named, wait_for
 from .helpers import job_with_children
@@ -258,3 +262,50 @@ def test_a_script_refuses_keys_of_two_jobs(state: State) -> None:
 def _now(state: State) -> int:
     sec, usec = state.client.time()
     return sec * 1000 + usec // 1000
+
+
+def test_one_stalled_renewal_does_not_cost_the_lease(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    lease_ms = 3_000
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    started = time.monotonic()
+    claimed = remote.tasks.claim(job.job_id, job.root_task, "w1", lease_ms)
+    beat = Heartbeat(remote, worker_id="w1", role=Role.PLANNER, lease_ms=lease_ms, info={})
+    beat.hold(claimed.claim, started)
+    beat.start()
+    try:
+        wait_for(lambda: events_named(state, job.job_id, "task.renewed"), 10, "a renewal")
+        before = beat._deadline
+        proxy.stall()  # the next renewal hangs until its timeout
+        wait_for(lambda: not beat._reachable, 10, "a renewal to time out")
+        proxy.resume()
+        # A renewal that got its reply moves the local deadline on; a lost lease never does.
+        wait_for(lambda: beat._deadline > before or beat.lost.is_set(), 10, "the next renewal")
+        assert not beat.lost.is_set(), beat.lost_reason
+    finally:
+        beat.release()
+        beat.stop()
+
+
+def test_a_submit_that_reaches_redis_too_late_creates_nothing(state: State, monkeypatch) -> None:
+    real = jobs_module.server_ms
+    # As if the id had been indexed long before the script ran (a long stall between).
+    monkeypatch.setattr(jobs_module, "server_ms", lambda c: real(c) - SUBMIT_DEADLINE_MS - 1_000)
+    with pytest.raises(SubmitUnconfirmed, match="nothing was created") as err:
+        state.jobs.submit(JobSpec(goal="late", scenario=Scenario.NOOP))
+    assert not state.client.exists(keys.job(err.value.job_id))
+    assert not state.client.keys(f"rf:{{{err.value.job_id}}}:*")
+
+
+def test_usage_recorded_after_its_job_was_retired_expires_with_it(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    state.jobs.cancel(job.job_id)  # retired: its keys expire
+    record = {"input_tokens": 10, "cached_tokens": 0, "output_tokens": 5, "cost_usd": 0.0}
+    state.usage(job.job_id).record(**record)
+    for key in (keys.usage(job.job_id), keys.usage_calls(job.job_id)):
+        assert state.client.pttl(key) > 0, key
+    gone = state.jobs.submit(JobSpec(goal="gone", scenario=Scenario.NOOP))
+    state.client.delete(keys.job(gone.job_id))
+    state.usage(gone.job_id).record(**record)
+    assert not state.client.exists(keys.usage(gone.job_id), keys.usage_calls(gone.job_id))

@@ -94,4 +94,6 @@ def test_a_stopped_worker_is_killed_as_hung_and_replaced_and_its_task_succeeds_o
 
     (done,) = wait_for(ended, 30, "the hung worker's task to succeed elsewhere")
     assert done.worker != victim.worker_id
+    wait_for(lambda: _succeeded(state, job.job_id), 60, "the job to succeed")
+    assert len(ended()) == 1  # once, also after the rest of the job ran
     assert running.fleet.report.restarts == 1

@@ -29,6 +29,7 @@ supervisor's drain timeout, gives the lease up so that any fleet reclaims it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -104,9 +105,18 @@ class SupervisorLink:
 
 
 def heartbeat_options(lease_ms: int) -> ClientOptions:
-    """The heartbeat's client: a call that stalls ends within a third of the lease."""
-    third_s = lease_ms / 3000
-    return ClientOptions(socket_timeout_s=third_s, connect_timeout_s=third_s, retries=0)
+    """The heartbeat's client: a call that stalls ends within a sixth of the lease.
+
+    Half the interval between ticks: a renewal that stalls, and the quicker
+    retry after it, still fit twice over in the lease.
+    """
+    sixth_s = lease_ms / 6000
+    return ClientOptions(socket_timeout_s=sixth_s, connect_timeout_s=sixth_s, retries=0)
+
+
+# After the supervisor's drain timeout, a task that still has not stopped (stuck
+# in a long call that never reaches a check) gets this long before the process exits.
+_ORPHAN_EXIT_GRACE_S = 5.0
 
 
 class Heartbeat(threading.Thread):
@@ -204,7 +214,9 @@ class Heartbeat(threading.Thread):
     # -- the thread ------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._stopping.wait(self.interval_s):
+        # After a failed tick the next comes at a third of the interval: a renewal
+        # that stalled (L/6) and its retries still land well inside the lease.
+        while not self._stopping.wait(self.interval_s if self._reachable else self.interval_s / 3):
             self.tick()
 
     def tick(self) -> None:
@@ -289,5 +301,14 @@ class Heartbeat(threading.Thread):
             log.warning("worker.orphaned", worker=self.worker_id, supervisor=self.link.pid)
             # A warm stop, as the supervisor's drain would have asked for.
             os.kill(os.getpid(), signal.SIGHUP)
-        elif time.monotonic() - self._orphaned_at > self.link.drain_s:
+            return
+        orphaned_s = time.monotonic() - self._orphaned_at
+        if orphaned_s > self.link.drain_s:
             self._lose(self.claim, "supervisor gone and the task outlasted its drain timeout")
+        if orphaned_s > self.link.drain_s + max(_ORPHAN_EXIT_GRACE_S, self.lease_s):
+            # The task thread is stuck where no check is reached, and nobody is left
+            # to kill this process: it goes itself (its lease is already given up).
+            log.warning("worker.exiting", worker=self.worker_id, why="supervisor gone, task stuck")
+            with contextlib.suppress(Exception):
+                self._workers.remove(self.worker_id)
+            os._exit(1)

@@ -6,7 +6,8 @@
   would: attempt + 1, or dead at max attempts). Each success increments the
   task's fencing token; every later write by the owner must carry it.
   Idempotent for its owner: a claim re-sent by the same worker (a client
-  retry after a lost reply) while its lease is live returns the same claim.
+  retry after a lost reply) while its lease is live returns the same claim,
+  its lease counted again from now.
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -77,7 +78,15 @@ end
 if status == 'waiting' then return refuse() end
 
 if status == 'claimed' then
-  if leaseLeft > 0 then return claimed() end -- the owner's own claim, re-sent
+  if leaseLeft > 0 then
+    -- The owner's own claim, re-sent (a retry after a lost reply, or a duplicate
+    -- delivery to the same worker): the same token, and a lease counted from now,
+    -- as the caller counts it.
+    local leaseUntil = now + leaseMs
+    redis.call('HSET', taskKey, 'lease_until', leaseUntil)
+    redis.call('ZADD', leasesKey, leaseUntil, taskId)
+    return claimed()
+  end
   local outcome = failAttempt('lease expired (owner ' .. owner .. ')', now, false, job)
   if outcome ~= 'requeued' then
     return reply(-2, {status = outcome, owner = '', lease_until = 0})

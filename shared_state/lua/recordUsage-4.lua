@@ -5,7 +5,9 @@
   totals are exact however many processes record at once. Each call has an
   id chosen by the caller: a record re-sent with the same id (a retry after a
   lost reply) is not counted again. Not fenced: a call a worker made after
-  losing its lease was still paid for, so it still counts.
+  losing its lease was still paid for, so it still counts. A call recorded
+  after its job was retired gives the keys it touches the job's own expiry;
+  one whose job is gone altogether is not recorded (nothing would expire it).
 
   KEYS[1] usage hash       rf:{job}:usage
   KEYS[2] recorded calls   rf:{job}:usage:calls (set of call ids)
@@ -23,7 +25,8 @@
 
   Returns {code, data, events}
      1  data = usage (the job's totals after this call, as a hash), counted
-        (1 if this call counted it, 0 if it had been counted already)
+        (1 if this call counted it, 0 if it had been counted already or its
+        job is gone)
     error  a key in KEYS belongs to another job
 
   Events: model.called (once per call id).
@@ -33,6 +36,8 @@
 local wrong = sameJob()
 if wrong then return wrong end
 local key = KEYS[1]
+local jobTtl = redis.call('PTTL', KEYS[3])
+if jobTtl == -2 then return reply(1, {usage = {}, counted = false}) end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return reply(1, {usage = redis.call('HGETALL', key), counted = false})
 end
@@ -52,4 +57,9 @@ for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_token
   fields[#fields + 1] = ARGV[pair[2]]
 end
 emit(KEYS[4], readJob(KEYS[3]).maxlen, fields)
+if jobTtl > 0 then
+  -- Retired already: these keys may have been created just now; they go with the job.
+  redis.call('PEXPIRE', KEYS[1], jobTtl)
+  redis.call('PEXPIRE', KEYS[2], jobTtl)
+end
 return reply(1, {usage = redis.call('HGETALL', key), counted = true})

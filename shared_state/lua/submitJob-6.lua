@@ -17,10 +17,17 @@
   ARGV[1] root task id
   ARGV[2] token budget (0: no limit)
   ARGV[3] the root task's brief (the goal, cut short)
-  ARGV[4..] the job hash's field/value pairs (created_ms is added here)
+  ARGV[4] when the caller indexed the id (ms, Redis time)
+  ARGV[5] how late after that the records may still be written (ms)
+  ARGV[6..] the job hash's field/value pairs (created_ms is added here)
+
+  A job's records are written only within ARGV[5] of its indexing: past that
+  the reaper may have dropped the id as a submit that never completed, and a
+  job written then would run unwatched.
 
   Returns {code, data, events}
      1  data = created_ms, existed (1 when this id had been submitted already)
+    -2  too late: nothing written; data = late_ms
     error  a key in KEYS belongs to another job
 
   Events: job.submitted, task.queued (none when the job existed).
@@ -37,7 +44,9 @@ local created = redis.call('HGET', jobKey, 'created_ms')
 if created then return reply(1, {created_ms = tonumber(created), existed = true}) end
 
 local now = nowMs()
-redis.call('HSET', jobKey, 'created_ms', now, unpack(ARGV, 4))
+local late = now - tonumber(ARGV[4])
+if late > tonumber(ARGV[5]) then return reply(-2, {late_ms = late}) end
+redis.call('HSET', jobKey, 'created_ms', now, unpack(ARGV, 6))
 local job = readJob(jobKey)
 redis.call('HSET', taskKey, 'task_id', root, 'job_id', redis.call('HGET', jobKey, 'job_id'),
   'role', 'planner', 'parent_id', '', 'brief', brief, 'status', 'queued', 'attempt', 1,

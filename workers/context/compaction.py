@@ -6,7 +6,9 @@ budget, leaving a count in ``archived`` and the index's id in ``index``
 (each index names the one before it, so the chain holds everything). What
 the user said is archived only when it cannot fit, and then each turn is
 also listed in ``dropped``: a visible loss, never a silent one. Identifiers
-named in archived notes stay pinned.
+named in archived notes stay pinned. Of the model's notes, facts and
+decisions are archived; open questions and the next action stay in view,
+bounded when they are written (``unarchived_notes_tokens``).
 
 A compaction that does not shrink the state, or leaves it over the slot's
 budget, raises ``StateCompactionStuck``: it is a bug, not a log line.
@@ -33,6 +35,15 @@ _LISTS = ("said", "identifiers", "artifacts")
 def state_tokens(tok: Tokenizer, state: WorkingState) -> int:
     """The rendered state's tokens, counted line by line so unchanged lines cost nothing."""
     return tok.count_lines(state.render())
+
+
+def unarchived_notes_tokens(tok: Tokenizer, state: WorkingState) -> int:
+    """Tokens of the notes compaction never archives: the open questions and the next action.
+
+    They stay in view until the model resolves or replaces them, so whoever
+    writes them keeps them within the notes budget (the ``note`` tool does).
+    """
+    return _size(tok, [*state.open_questions, state.next_action])
 
 
 def _size(tok: Tokenizer, entries: Sequence[Any]) -> int:

@@ -4,9 +4,10 @@ The goal is pinned and never summarized away; so are the user's turns
 (``said``), verbatim. Counters, named artifact refs, the artifact list, the
 phase, the identifiers kept from reduced results and rolled turns, and the
 record of what left the context (``dropped``) are updated in code; only
-decisions, open questions, facts and the next action come from the model,
-each with the step and source it came from. Every change returns a new
-version (immutable), so a checkpoint is the state itself.
+decisions, open questions, facts and the next action come from the model
+(through its ``note`` tool, ``tools.notes``), each with the step and source
+it came from. Every change returns a new version (immutable), so a
+checkpoint is the state itself.
 
 Every part is bounded (``compaction.fit`` archives the oldest entries of a
 part over its budget into the ``index`` artifact, leaving their count).

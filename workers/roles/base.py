@@ -3,11 +3,14 @@
 An ``AgentTask`` reads the task's records — its input artifact (brief and
 input refs), its last checkpointed working state and its journal — settles
 any effect an earlier attempt left unfinished, then runs the agent loop with
-the role's tools for the current stage. The working state is checkpointed
-after every model response; effects outside the task go through the
-journal. A task that hands off (spawns children) ends its run and is
-resumed, by whichever worker, at the stage it named, with its children's
-summaries as its first message.
+the role's tools for the current stage, and in every stage ``note``, through
+which the model writes its working state's own parts (``tools.notes``).
+The working state is held by the loop (``AgentLoop.state``), tools change it
+through the task's helpers, and it is checkpointed after every model
+response; effects outside the task go through the journal. A task that
+hands off (spawns children) ends its run and is resumed, by whichever
+worker, at the stage it named, with its children's summaries as its first
+message.
 """
 
 from __future__ import annotations
@@ -45,7 +48,19 @@ from ..llm import Provider, ProviderChoice
 from ..sandbox import workspace_path
 from ..summary import DEFAULT_CAP, Summary, capped
 from ..task_run import TaskRun
-from ..tools import as_data, extract_fields, grep_artifact, lines_budget, read_lines, slim
+from ..tools import (
+    ARTIFACT_ID,
+    NOTE_DESCRIPTION,
+    USER,
+    Note,
+    as_data,
+    extract_fields,
+    grep_artifact,
+    lines_budget,
+    read_lines,
+    slim,
+    write_note,
+)
 
 NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
 
@@ -254,6 +269,7 @@ class AgentTask:
     def drive(
         self, system: str, tools: Sequence[Tool], phase: str, opening: Sequence[Message] = ()
     ) -> AgentOutcome:
+        """Run the loop in ``phase`` with the role's ``tools`` and those every role offers."""
         notes = self.journal.reconcile()
         if notes:
             facts = [(f"resumed; journal settled: {n}", "journal") for n in notes]
@@ -265,7 +281,7 @@ class AgentTask:
         self.loop = AgentLoop(
             provider,
             ContextEngine(self.artifacts, budgets=ROLE_BUDGETS[self.role_name]),
-            ToolBox(tools),
+            ToolBox(self.toolset(tools)),
             ledger=ledger,
             budget=self.state.budget(self.task.job_id),
             limits=AgentLimits(),
@@ -411,6 +427,32 @@ class AgentTask:
         return list(ids)
 
     # -- tools every role can offer ------------------------------------------------------------
+
+    def toolset(self, tools: Sequence[Tool]) -> list[Tool]:
+        """The role's tools and, last and in every phase, ``note`` (the tools slot stays stable)."""
+        return [*tools, Tool.of("note", NOTE_DESCRIPTION, Note, self._note)]
+
+    def _note(self, a: Note) -> str:
+        """Write the model's note into the working state the loop holds (its own parts only)."""
+        if a.kind == "fact":
+            self._check_source(a.source)
+        assert self.loop is not None and self.loop.state is not None
+        room = ROLE_BUDGETS[self.role_name].state.notes // 2
+        step = self.ledger.calls[-1].step  # the call whose answer made the note
+        self.loop.state = write_note(self.loop.state, a, step=step, tok=self.tok, room=room)
+        return f"noted {a.kind.replace('_', ' ')}"
+
+    def _check_source(self, source: str) -> None:
+        """A fact's source exists: "user", an artifact of the job or a file of its workspace."""
+        if source == USER:
+            return
+        if ARTIFACT_ID.fullmatch(source):
+            self.artifacts.get(source)  # ArtifactNotFound goes back to the model
+            return
+        if str(workspace_path(source)) not in self.records.files():
+            raise ToolRefused(
+                f"source {source!r} is neither an artifact id, a workspace file nor {USER!r}"
+            )
 
     def reader_tools(self, phases_of: Mapping[str, Sequence[str]]) -> list[Tool]:
         """The named readers (and ``list_workspace``), each offered in the phases given for it."""

@@ -1,5 +1,8 @@
 """Tools the roles offer to the model."""
 
+from .notes import ARTIFACT_ID, MAX_NOTE_CHARS, USER, Note
+from .notes import DESCRIPTION as NOTE_DESCRIPTION
+from .notes import write as write_note
 from .readers import (
     READER_TOOLS,
     as_data,
@@ -11,11 +14,17 @@ from .readers import (
 )
 
 __all__ = [
+    "ARTIFACT_ID",
+    "MAX_NOTE_CHARS",
+    "NOTE_DESCRIPTION",
     "READER_TOOLS",
+    "USER",
+    "Note",
     "as_data",
     "extract_fields",
     "grep_artifact",
     "lines_budget",
     "read_lines",
     "slim",
+    "write_note",
 ]
