@@ -11,6 +11,7 @@ and models is printed terminal-safe (see ``text``); ``--json`` keeps it exact.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import sys
@@ -36,6 +37,7 @@ from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, views
+from .api import RENEWED, Client, Progress, WaitTimeout
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
 from .fleet import Fleet, FleetSpec
@@ -61,6 +63,29 @@ server_app = typer.Typer(
     help="The embedded redis-server used when REDIS_URL is not set.", no_args_is_help=True
 )
 app.add_typer(server_app, name="server")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("redfleet")
+        except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
+            version = "unknown (not installed)"
+        print(f"redfleet {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """The options before a command."""
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 LeaseOpt = Annotated[
@@ -167,6 +192,9 @@ def up(
     default) replays a scenario and calls no model; `openai` speaks the
     OpenAI chat-completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio;
     key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
+
+    When it stops it prints one line: attempts reaped and redelivered, workers
+    restarted and hung (--json: the counts as JSON).
     """
     settings = Settings()
     logs.configure(settings.log_level)
@@ -183,12 +211,14 @@ def up(
     )
     if not as_json:
         described = one_line(redact(choice.describe()))
-        print(f"redfleet: fleet of {len(spec.roles())} workers, provider {described}",
-              file=sys.stderr)  # fmt: skip
+        fleet_of = views.count(len(spec.roles()), "worker")
+        print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
         report = Fleet.from_settings(state, url, spec, settings).run()
     if as_json:
         views.print_json(report.__dict__)
+    else:
+        views.write_line(views.fleet_line(report))
 
 
 @app.command()
@@ -217,7 +247,12 @@ def reaper_cmd(
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the reaper alone: reclaim expired leases, redeliver lost envelopes."""
+    """Run the reaper alone: reclaim expired leases, redeliver lost envelopes.
+
+    --once runs one pass and prints one line: attempts ended (requeued or
+    dead), tasks redelivered, finished jobs retired, stale envelopes discarded
+    and index entries pruned (--json: the ids and counts as JSON).
+    """
     settings = Settings()
     logs.configure(settings.log_level)
     stop = threading.Event()
@@ -238,6 +273,8 @@ def reaper_cmd(
             if once:
                 if as_json:
                     views.print_json(report.__dict__)
+                else:
+                    views.write_line(views.reap_line(report))
                 return
             stop.wait(settings.reap_interval_ms / 1000)
 
@@ -271,27 +308,101 @@ def submit(
         int,
         typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
     ] = 0,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Show its progress until it ends; exit 0 if it succeeded, 1 if it failed or "
+            "was cancelled.",
+        ),
+    ] = False,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            metavar="SECONDS",
+            help="With --wait: give up after this long, exit 1 (the job goes on).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job to the planner queue; prints its job id.
 
     Any fleet on the same Redis picks it up (`redfleet up`). Follow it with
-    `redfleet logs JOB_ID -f` and `redfleet status JOB_ID`.
+    `redfleet logs JOB_ID -f` and `redfleet status JOB_ID`. An agents job on a
+    fleet started without --provider is a replay: the scripted provider calls
+    no model (a note on stderr says so; stdout is the job id alone).
+
+    --wait shows the job's progress (tasks done of all, the planner's stage,
+    running tasks, tokens, cost) until it ends: a live line on a terminal, a
+    line per change otherwise; it exits 0 if the job succeeded, 1 if it failed
+    or was cancelled, and 1 after --timeout, without cancelling the job. With
+    --json it prints the final job document of `status --json` instead.
     """
+    if timeout_s is not None and not wait:
+        raise CoordinatorError("--timeout: only with --wait")
     settings = Settings()
-    spec = JobSpec(
-        goal=goal,
-        scenario=scenario,
-        fanout=fanout,
-        max_attempts=settings.max_attempts if max_attempts is None else max_attempts,
-        token_budget=token_budget,
-    )
     with open_state(settings) as state:
-        job = state.jobs.submit(spec)
+        client = Client(state, settings=settings)
+        job_id = client.submit(
+            goal,
+            scenario=scenario,
+            fanout=fanout,
+            max_attempts=max_attempts,
+            token_budget=token_budget,
+        )
+        if not wait:
+            if as_json:
+                views.print_json({"job_id": job_id})
+                return
+            views.write_line(job_id)
+            if scenario is Scenario.AGENTS and settings.provider is ProviderName.SCRIPTED:
+                print(
+                    "redfleet: note: a fleet started with plain `redfleet up` replays the "
+                    "scripted provider and calls no model; run a real one with "
+                    "`redfleet up --provider openai --model …`",
+                    file=sys.stderr,
+                )
+            return
+        if not as_json:
+            views.write_line(job_id)
+        _wait_for(client, job_id, timeout_s, as_json)
+
+
+def _wait_for(client: Client, job_id: str, timeout_s: float | None, as_json: bool) -> None:
+    """``submit --wait``: progress until the job ends; exit 0 if it succeeded, else 1."""
+    live = None if as_json or not sys.stdout.isatty() else views.console.status("waiting")
+
+    def show(progress: Progress) -> None:
+        if live is not None:
+            live.update(markup_safe(progress.line()))
+        elif not as_json:
+            views.write_line(one_line(progress.line()))
+
+    timed_out = None
+    if live is not None:
+        live.start()
+    try:
+        client.wait(job_id, timeout_s, show)
+    except WaitTimeout as exc:
+        timed_out = exc
+    finally:
+        if live is not None:
+            live.stop()
+    doc = client.status(job_id)
     if as_json:
-        views.print_json({"job_id": job.job_id})
+        views.print_json(doc)
     else:
-        print(job.job_id)
+        if live is not None:
+            line = markup_safe(client.progress(job_id).line())
+            views.console.print(line, soft_wrap=True, highlight=False)
+        views.print_job_head(doc)
+    if timed_out is not None:
+        print(f"redfleet: {one_line(str(timed_out))}", file=sys.stderr)
+        raise typer.Exit(1)
+    if doc["status"] != "succeeded":
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -303,23 +414,21 @@ def status(
     limit: Annotated[int, typer.Option(min=1, help="Jobs to list without JOB_ID.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """A job with its tasks, or recent jobs and queue depths."""
+    """A job with its tasks, or recent jobs and queue depths.
+
+    With JOB_ID: the job, the provider its model calls went to (scripted: a
+    replay, no model was called), and its tasks with their attempts and lease
+    renewals (counted in each task's record, over all its attempts; `logs
+    --all` lists them). --json adds usage and `providers` ({"provider model":
+    calls}, from the job's model.called events).
+    """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        doc = (
-            views.job_doc(state, state.jobs.get(job_id))
-            if job_id
-            else views.overview_doc(state, limit)
-        )
+        doc = Client(state).status(job_id) if job_id else views.overview_doc(state, limit)
     if as_json:
         views.print_json(doc)
     elif job_id:
-        goal = markup_safe(doc["goal"])
-        views.console.print(
-            f"job {doc['job_id']}: [bold]{doc['status']}[/] — {goal}", soft_wrap=True
-        )
-        if doc["reason"]:
-            views.console.print(f"reason: {markup_safe(doc['reason'])}", soft_wrap=True)
+        views.print_job_head(doc)
         views.table("tasks", doc["tasks"], views.TASK_COLUMNS)
     else:
         views.table("jobs", doc["jobs"], ["job_id", "status", "scenario", "created", "goal"])
@@ -362,15 +471,29 @@ def logs_cmd(
         typer.Argument(metavar="[JOB_ID]", help="A job id; without it, every job."),
     ] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new events: a job's until it ends, every job's until Ctrl-C.",
+        ),
     ] = False,
     last: Annotated[int, typer.Option(min=0, help="How many past events to print first.")] = 100,
+    all_events: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also list lease renewals (task.renewed; `status JOB` counts them)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Events from Redis Streams, oldest first (one JSON object a line with --json).
 
     Without JOB_ID the global stream is read; it mirrors every job's events
-    with up to a second of delay.
+    with up to a second of delay. Lease renewals are hidden (and not counted
+    in --last) unless --all: `status JOB` shows a count per task. With -f and
+    JOB_ID the command ends once the job has ended, after its final events;
+    without JOB_ID it runs until Ctrl-C.
     """
 
     def show(event: views.Event) -> None:
@@ -378,16 +501,22 @@ def logs_cmd(
         views.write_line(line)
 
     _check_job_id(job_id)
+    hide = frozenset() if all_events else frozenset({RENEWED})
     with open_state(Settings()) as state:
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
-        past = state.events.read(job_id, last=last) if last else []
+        past = state.events.read(job_id, last=last, hide=hide) if last else []
         for event in past:
             show(event)
-        if follow:
-            after = past[-1].id if past else "$"
-            for event in state.events.follow(job_id, after=after):
-                show(event)
+        if not follow:
+            return
+        after = past[-1].id if past else "$"
+        if job_id:
+            events = Client(state).follow(job_id, after=after, hide=hide)
+        else:
+            events = (e for e in state.events.follow(after=after) if e.event not in hide)
+        for event in events:
+            show(event)
 
 
 @app.command()
@@ -428,8 +557,7 @@ def artifacts(
     """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        state.jobs.get(job_id)  # an unknown job is an error, not an empty list
-        refs = state.artifacts(job_id).list()
+        refs = Client(state).artifacts(job_id)
     doc = [r.model_dump(mode="json") for r in refs]
     if as_json:
         views.print_json(doc)

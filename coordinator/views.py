@@ -38,7 +38,9 @@ def _iso(ms: int) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
 
 
-TASK_COLUMNS = ["task_id", "role", "status", "attempts", "owner", "token", "parent_id", "stage"]
+TASK_COLUMNS = [
+    "task_id", "role", "status", "attempts", "renewals", "owner", "token", "parent_id", "stage"
+]  # fmt: skip
 
 
 def task_doc(task: Task) -> dict[str, Any]:
@@ -47,6 +49,7 @@ def task_doc(task: Task) -> dict[str, Any]:
         "role": task.role.value,
         "status": task.status.value,
         "attempts": task.attempt,
+        "renewals": task.renewals,  # leases renewed, over all attempts
         "owner": task.owner or None,
         "token": task.token,
         "parent_id": task.parent_id or None,
@@ -189,6 +192,59 @@ def workers_doc(workers: Iterable[WorkerInfo]) -> list[dict[str, Any]]:
         }
         for w in workers
     ]
+
+
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``1 worker``, ``2 workers``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def reap_line(report: Any) -> str:
+    """A reaper pass (a ``ReapReport``) for people, one line."""
+    ended = len(report.requeued) + len(report.dead)
+    return (
+        f"reaper: ended {count(ended, 'expired attempt')} ({len(report.requeued)} requeued, "
+        f"{len(report.dead)} dead), redelivered {count(len(report.redelivered), 'lost task')}, "
+        f"retired {count(len(report.retired), 'finished job')}, discarded "
+        f"{count(len(report.discarded), 'stale envelope')}; pruned "
+        f"{count(report.pruned_jobs, 'expired job id')}, "
+        f"{count(report.pruned_workers, 'stale worker')}"
+    )
+
+
+def fleet_line(report: Any) -> str:
+    """What a fleet did while it ran (a ``FleetReport``), one line."""
+    return (
+        f"fleet stopped: reaped {count(report.reaped, 'expired attempt')} ({report.dead} dead), "
+        f"redelivered {count(report.redelivered, 'lost task')}; "
+        f"{count(report.restarts, 'worker restart')}, {count(report.hung, 'hung worker')} killed"
+    )
+
+
+SCRIPTED_NOTE = (
+    "a replay: no model was called; run a real one with `redfleet up --provider openai --model …`"
+)
+
+
+def provider_line(providers: dict[str, int]) -> str | None:
+    """Which providers a job's model calls went to (None: it made none), markup-safe."""
+    if not providers:
+        return None
+    if all(name.split(" ", 1)[0] == "scripted" for name in providers):
+        return f"provider: scripted ({SCRIPTED_NOTE})"
+    calls = ", ".join(f"{markup_safe(name)} ({count(n, 'call')})" for name, n in providers.items())
+    return f"provider: {calls}"
+
+
+def print_job_head(doc: dict[str, Any]) -> None:
+    """A job's status line, its reason, and the provider its calls went to."""
+    goal = markup_safe(doc["goal"])
+    console.print(f"job {doc['job_id']}: [bold]{doc['status']}[/] — {goal}", soft_wrap=True)
+    if doc["reason"]:
+        console.print(f"reason: {markup_safe(doc['reason'])}", soft_wrap=True)
+    line = provider_line(doc.get("providers") or {})
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def print_json(doc: Any) -> None:

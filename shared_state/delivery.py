@@ -63,6 +63,16 @@ class Delivery:
             for role in Role
         }
 
+    def register_queues(self) -> None:
+        """List the role queues in RQ's queue registry, so `rq info` shows an idle fleet.
+
+        RQ adds a queue to its registry (the ``rq:queues`` set) only when a job
+        is enqueued on it, and has no public call to do so otherwise; this is
+        the same SADD (``Queue.redis_queues_keys``, ``Queue.key``). Idempotent;
+        a worker calls it once as it starts.
+        """
+        self.client.sadd(Queue.redis_queues_keys, *(q.key for q in self.queues.values()))
+
     def send(self, envelopes: Iterable[Envelope]) -> None:
         """Enqueue one RQ job per envelope and record its id on the task, in one MULTI."""
         envelopes = list(envelopes)

@@ -76,7 +76,8 @@ class JobFinished(StateError):
     """The job has finished; its tasks must stop."""
 
     def __init__(self, job_id: str, status: str) -> None:
-        super().__init__(f"job {job_id} is {status}")
+        done = {"succeeded": "succeeded", "failed": "failed", "cancelled": "been cancelled"}
+        super().__init__(f"job {job_id} has already {done.get(status, 'finished')}")
         self.job_id = job_id
         self.status = status
 

@@ -121,19 +121,56 @@ class EventLog:
         decoded = {_text(k): _text(v) for k, v in fields.items()}
         return Event.from_entry(_text(entry_id), decoded, job_id or "")
 
-    def read(self, job_id: str | None = None, *, last: int = 1000) -> list[Event]:
-        """The last ``last`` events of a job (or of all jobs), oldest first."""
-        entries = self._client.xrevrange(self._stream(job_id), count=last)
-        return [self._parse(i, f, job_id) for i, f in reversed(entries)]
+    def read(
+        self,
+        job_id: str | None = None,
+        *,
+        last: int = 1000,
+        hide: frozenset[str] = frozenset(),
+    ) -> list[Event]:
+        """The last ``last`` events of a job (or of all jobs), oldest first.
+
+        Events named in ``hide`` are skipped and not counted: the stream is read
+        backwards in pages until ``last`` others are found or it ends.
+        """
+        stream, found, upper = self._stream(job_id), [], "+"
+        while len(found) < last:
+            page = min(max(2 * (last - len(found)), 100), 10_000) if hide else last
+            entries = self._client.xrevrange(stream, max=upper, count=page)
+            for entry_id, fields in entries:
+                if _text(fields.get(b"event", b"")) not in hide:
+                    found.append(self._parse(entry_id, fields, job_id))
+                    if len(found) == last:
+                        break
+            if len(entries) < page:
+                break
+            upper = f"({_text(entries[-1][0])}"
+        return found[::-1]
+
+    def scan(self, job_id: str | None, event: str, *, page: int = 1000) -> Iterator[Event]:
+        """Every event named ``event`` in the stream, oldest first (the whole stream is read)."""
+        stream, lower = self._stream(job_id), "-"
+        while entries := self._client.xrange(stream, min=lower, count=page):
+            for entry_id, fields in entries:
+                if _text(fields.get(b"event", b"")) == event:
+                    yield self._parse(entry_id, fields, job_id)
+            lower = f"({_text(entries[-1][0])}"
+
+    def read_after(
+        self, job_id: str | None, after: str, *, block_ms: int | None = None
+    ) -> list[Event]:
+        """The events after stream id ``after`` (``$``: only new ones), oldest first.
+
+        Waits up to ``block_ms`` for the first one (None: does not wait).
+        """
+        reply = self._client.xread({self._stream(job_id): after}, block=block_ms, count=500)
+        return [self._parse(i, f, job_id) for _name, entries in reply or [] for i, f in entries]
 
     def follow(
         self, job_id: str | None = None, *, after: str = "$", block_ms: int = 1000
     ) -> Iterator[Event]:
         """Yield events as they arrive, after stream id ``after``; runs until closed."""
-        stream = self._stream(job_id)
         while True:
-            reply = self._client.xread({stream: after}, block=block_ms, count=500)
-            for _name, entries in reply or []:
-                for entry_id, fields in entries:
-                    after = _text(entry_id)
-                    yield self._parse(entry_id, fields, job_id)
+            for event in self.read_after(job_id, after, block_ms=block_ms):
+                after = event.id
+                yield event

@@ -101,6 +101,7 @@ class Task(_Record):
     token: int = 0
     owner: str = ""
     lease_until: int = 0
+    renewals: int = 0  # leases renewed, over all attempts (renewLease counts them)
     pending: int = 0
     stage: str = ""
     error: str = ""

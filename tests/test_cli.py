@@ -89,7 +89,7 @@ def test_cancelling_a_finished_job_is_an_error(state: State, redis_url) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     state.tasks.complete(root, "")
-    assert_one_line_error(run("cancel", job.job_id, url=redis_url), "is succeeded")
+    assert_one_line_error(run("cancel", job.job_id, url=redis_url), "has already succeeded")
 
 
 def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -> None:

@@ -267,6 +267,10 @@ def run_worker(
     runtime.heartbeat.tick()
     runtime.heartbeat.start()
     rq_client = sibling(state.client, _RQ_CLIENT)
+    try:
+        state.delivery.register_queues()  # `rq info` lists the role queues before any job
+    except (redis.RedisError, StateError) as exc:
+        log.warning("worker.queues_unregistered", worker=worker_id, error=str(exc))
     _record(state, "worker.started", worker_id, role)
     log.info(
         "worker.started",

@@ -16,6 +16,9 @@
   ARGV[2] lease length in ms
   ARGV[3] worker id
 
+  Counts the renewal in the task hash (`renewals`, over all attempts): the
+  event stream is capped, the count is not.
+
   Returns {code, data, events}
      1  renewed; data = lease_until
     -1  no such task
@@ -37,6 +40,7 @@ if refused then return refused end
 
 local leaseUntil = nowMs() + leaseMs
 redis.call('HSET', taskKey, 'lease_until', leaseUntil)
+redis.call('HINCRBY', taskKey, 'renewals', 1)
 redis.call('ZADD', leasesKey, leaseUntil, t[3])
 emit(stream, job.maxlen, {'event', 'task.renewed', 'task_id', t[3], 'worker', worker,
   'token', token, 'lease_until', leaseUntil})

@@ -1,0 +1,246 @@
+"""The Python API for the common path: submit a job, wait for it, read what it made.
+
+A program drives a fleet without shelling out to the CLI (the CLI uses this
+module itself). The fleet runs elsewhere (`redfleet up`); a ``Client`` only
+talks to its Redis::
+
+    from coordinator.api import Client
+
+    with Client.connect() as client:  # REDIS_URL, else the embedded server
+        job_id = client.submit("write a greeting module")
+        job = client.wait(job_id, timeout=300, on_progress=print)
+        print(job.status, client.status(job_id)["usage"])
+        for ref in client.artifacts(job_id):
+            print(ref.id, ref.kind, ref.title)
+            text = client.show(ref.id, job_id=job_id)
+
+- ``submit(goal, ...) -> job_id``: what `redfleet submit` does.
+- ``wait(job_id, timeout=None, on_progress=None) -> Job``: blocks until the
+  job has finished (succeeded, failed or cancelled: see ``Job.status``), or
+  raises ``WaitTimeout`` (the job is not cancelled). ``on_progress`` gets a
+  ``Progress`` at the start, at every change and at the end.
+- ``follow(job_id)``: the job's events as they arrive; it ends once the job
+  has finished and its final events are yielded (`redfleet logs -f JOB`).
+- ``status(job_id) -> dict``: the document `redfleet status JOB --json`
+  prints: the job, its tasks (with lease renewal counts), usage, and the
+  providers its model calls went to.
+- ``artifacts(job_id) -> list[ArtifactRef]``, ``show(artifact_id) -> str``.
+
+Errors are ``shared_state.StateError`` (``JobNotFound``, ``ConnectionFailed``,
+…) and ``CoordinatorError`` (``WaitTimeout``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
+
+from . import views
+from .connection import open_state
+from .errors import CoordinatorError
+from .settings import Settings
+
+RENEWED = "task.renewed"
+_SETTLED = (TaskStatus.SUCCEEDED, TaskStatus.DEAD, TaskStatus.CANCELLED)
+_POLL_MS = 500  # how long one read waits for events before the job is looked at again
+
+
+class WaitTimeout(CoordinatorError):
+    """The job had not finished when the wait gave up; it was not cancelled."""
+
+    def __init__(self, job_id: str, timeout_s: float) -> None:
+        super().__init__(
+            f"gave up waiting for job {job_id} after {timeout_s:g} s; it was not cancelled "
+            f"(`redfleet status {job_id}`, `redfleet cancel {job_id}`)"
+        )
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job is: what ``wait`` reports at each change."""
+
+    job_id: str
+    status: str
+    done: int  # tasks settled: succeeded, dead or cancelled
+    total: int
+    stage: str  # the root (planner) task's stage: start, review, report, …
+    running: dict[str, int]  # claimed tasks by role
+    tokens: int  # input + output tokens of every model call so far
+    cost_usd: float
+
+    def line(self) -> str:
+        """One line for people (``one_line`` it before printing: the stage is a worker's)."""
+        running = ", ".join(f"{role} {n}" for role, n in self.running.items()) or "none"
+        return (
+            f"job {self.job_id} {self.status}: {self.done}/{self.total} tasks done, "
+            f"stage {self.stage}, running {running}, {self.tokens} tokens, "
+            f"${self.cost_usd:.4f}"
+        )
+
+
+class Client:
+    """One connection to a fleet's Redis; close it, or use it as a context manager."""
+
+    def __init__(self, state: State, *, settings: Settings | None = None) -> None:
+        self.state = state
+        self.settings = settings or Settings()
+
+    @classmethod
+    def connect(cls, redis_url: str | None = None, *, settings: Settings | None = None) -> Client:
+        """Connect to ``redis_url``, else REDIS_URL, else the embedded server.
+
+        The embedded server is started if need be; ``ConnectionFailed`` if Redis
+        does not answer.
+        """
+        settings = settings or Settings()
+        return cls(open_state(settings, redis_url), settings=settings)
+
+    def close(self) -> None:
+        self.state.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the common path -------------------------------------------------------------
+
+    def submit(
+        self,
+        goal: str,
+        *,
+        scenario: Scenario = Scenario.AGENTS,
+        fanout: int = 3,
+        max_attempts: int | None = None,
+        token_budget: int = 0,
+    ) -> str:
+        """Queue a job for any fleet on this Redis; its id.
+
+        ``max_attempts`` defaults to REDFLEET_MAX_ATTEMPTS (else 3); the other
+        arguments are those of `redfleet submit`.
+        """
+        spec = JobSpec(
+            goal=goal,
+            scenario=scenario,
+            fanout=fanout,
+            max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
+            token_budget=token_budget,
+        )
+        return self.state.jobs.submit(spec).job_id
+
+    def wait(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        on_progress: Callable[[Progress], object] | None = None,
+    ) -> Job:
+        """Block until the job has finished; the finished job, whatever its status.
+
+        Wakes on the job's events (lease renewals do not count as a change).
+        ``WaitTimeout`` after ``timeout`` seconds; the job goes on.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown: Progress | None = None
+        for batch in self._batches(job_id, self._tail(job_id)):
+            if on_progress and (not batch or any(e.event != RENEWED for e in batch)):
+                progress = self.progress(job_id)
+                if progress != shown:
+                    on_progress(progress)
+                    shown = progress
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(job_id, timeout or 0)
+        if on_progress and (progress := self.progress(job_id)) != shown:
+            on_progress(progress)
+        return self.state.jobs.get(job_id)
+
+    def follow(
+        self, job_id: str, *, after: str = "$", hide: frozenset[str] = frozenset()
+    ) -> Iterator[Event]:
+        """The job's events after stream id ``after`` as they arrive, but those in ``hide``.
+
+        Ends once the job has finished, after the events written by then (the
+        job's end among them).
+        """
+        for batch in self._batches(job_id, after):
+            yield from (e for e in batch if e.event not in hide)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """The job, its tasks and usage, and ``providers``: {"provider model": calls}.
+
+        The providers are counted from the job's ``model.called`` events (one
+        read of its stream, capped at REDFLEET_JOB_STREAM_MAXLEN entries).
+        """
+        doc = views.job_doc(self.state, self.state.jobs.get(job_id))
+        doc["providers"] = self.providers(job_id)
+        return doc
+
+    def providers(self, job_id: str) -> dict[str, int]:
+        """How many of the job's model calls went to each provider, as ``provider model``."""
+        calls: Counter[str] = Counter()
+        for event in self.state.events.scan(job_id, "model.called"):
+            extra = event.model_extra or {}
+            calls[" ".join(x for x in (extra.get("provider", "?"), extra.get("model")) if x)] += 1
+        return dict(calls)
+
+    def progress(self, job_id: str) -> Progress:
+        job = self.state.jobs.get(job_id)
+        tasks = self.state.tasks.list(job_id)
+        usage = self.state.usage(job_id).get()
+        root = next((t for t in tasks if t.task_id == job.root_task), None)
+        running = Counter(t.role.value for t in tasks if t.status is TaskStatus.CLAIMED)
+        return Progress(
+            job_id=job_id,
+            status=job.status.value,
+            done=sum(t.status in _SETTLED for t in tasks),
+            total=len(tasks),
+            stage=(root.stage if root else "") or "start",
+            running=dict(sorted(running.items())),
+            tokens=usage.input_tokens + usage.output_tokens,
+            cost_usd=usage.cost_usd,
+        )
+
+    def artifacts(self, job_id: str) -> list[ArtifactRef]:
+        """The job's artifacts (JobNotFound for an unknown job, not an empty list)."""
+        self.state.jobs.get(job_id)
+        return self.state.artifacts(job_id).list()
+
+    def show(self, artifact_id: str, *, job_id: str | None = None) -> str:
+        """An artifact's content, exactly; without ``job_id`` every kept job is searched."""
+        return self.state.artifacts(job_id or self.state.locate_artifact(artifact_id)).text(
+            artifact_id
+        )
+
+    # -- reading the job's stream ------------------------------------------------------
+
+    def _tail(self, job_id: str) -> str:
+        last = self.state.events.read(job_id, last=1)
+        return last[-1].id if last else "0-0"
+
+    def _batches(self, job_id: str, after: str) -> Iterator[list[Event]]:
+        """The job's new events in batches, an empty one each poll without any.
+
+        The job is looked at before each read: once it has finished, every
+        event already written is yielded (the script that finished it wrote
+        its end with the status) and the iteration ends.
+        """
+        events = self.state.events
+        if after == "$":  # a fixed id: "$" again at each read would miss what came between
+            after = self._tail(job_id)
+        while True:
+            if self.state.jobs.get(job_id).status.finished:
+                while batch := events.read_after(job_id, after):
+                    after = batch[-1].id
+                    yield batch
+                return
+            batch = events.read_after(job_id, after, block_ms=_POLL_MS)
+            if batch:
+                after = batch[-1].id
+            yield batch
