@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from coordinator.connection import Embedded
 from shared_state import RedisServer, State, StateError
+from shared_state.client import ClientOptions, connect
 
 from .conftest import wait_for
+from .processes import alive
+from .test_cli import run
 
 # The session server's fixture skips these tests without a redis-server binary (fails in CI).
 pytestmark = pytest.mark.usefixtures("redis_server")
@@ -34,20 +35,11 @@ WORKER_FIELDS = {"pid": 1, "host": "test", "role": "coder", "state": "idle"}
 
 def no_retry(url: str) -> redis.Redis:
     """A client that raises a LOADING reply at once instead of retrying it."""
-    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+    return connect(url, ClientOptions(retries=0))
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env["REDFLEET_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run(*args, url=None, home=str(home), timeout=60)
 
 
 def start_embedded(home: Path) -> str:
@@ -57,15 +49,6 @@ def start_embedded(home: Path) -> str:
     info = Embedded(home).status()
     assert info, "the embedded server is not running after a CLI command"
     return info["url"]
-
-
-def alive(pid: int) -> bool:
-    """The process runs (a zombie waiting to be reaped has exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture
@@ -195,7 +178,8 @@ def test_a_server_started_again_takes_another_port_when_its_old_one_is_taken(
 CHILD = """
 import sys
 from shared_state import RedisServer
-print(RedisServer().start().process.pid, flush=True)
+server = RedisServer().start()
+print(server.process.pid, server.url, flush=True)
 sys.stdin.read()
 """
 
@@ -207,10 +191,14 @@ def test_a_killed_parent_leaves_no_redis_server_behind() -> None:
     )
     pid = 0
     try:
-        pid = int(parent.stdout.readline())
+        first, url = parent.stdout.readline().split()
+        pid = int(first)
+        with no_retry(url.decode()) as client:
+            assert client.info("server")["process_id"] == pid  # a live server, the child's
         parent.kill()
         parent.wait()
         wait_for(lambda: not alive(pid), timeout=10, what=f"redis-server {pid} to exit")
+        assert not alive(pid)
     finally:
         parent.kill()
         parent.wait()
