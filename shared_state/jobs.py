@@ -63,6 +63,8 @@ class JobStore:
             scenario=spec.scenario,
             fanout=spec.fanout,
             max_attempts=spec.max_attempts,
+            tenant=spec.tenant,
+            user=spec.user,
             status=JobStatus.QUEUED,
             root_task=root,
             created_ms=0,  # set by the script, on Redis time

@@ -27,6 +27,27 @@ are never touched by the same script as a job's keys.
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
 
+Long-term memory (``memory``) keeps each tenant's items under one hash tag of
+their own, so the tenant is in every key and one script sees one tenant only:
+
+    rf:mem:{<tenant>}:item:<id>            hash   one item: text, scope, provenance, lifecycle
+    rf:mem:{<tenant>}:items                zset   live item id -> observed at (ms)
+    rf:mem:{<tenant>}:scope:<scope>        set    ids of one scope's items
+    rf:mem:{<tenant>}:user:<user>          set    ids of one user's items (any scope)
+    rf:mem:{<tenant>}:chain:<scope>|<key>  list   the versions of one claim, oldest first
+    rf:mem:{<tenant>}:derived:<id>         set    ids of the items derived from <id>
+    rf:mem:{<tenant>}:seen:<digest>        set    jobs that wrote one claim (for promotion)
+    rf:mem:{<tenant>}:forgotten            set    shingle digests and ids of forgotten items
+    rf:mem:{<tenant>}:changes              stream puts and forgets, for recall caches (capped)
+    rf:mem:{<tenant>}:file:<scope>|<path>  hash   one memory file: content, sha256, version
+    rf:mem:{<tenant>}:filev:<scope>|<path> list   its earlier versions, newest first
+    rf:mem:{<tenant>}:files:<scope>        zset   path -> updated at (ms), one scope's files
+    rf:mem:tenants                         set    tenants that have memory
+
+The memory scripts get the tenant's prefix (``memory_prefix``) as KEYS[1] and
+name the rest from it with the suffixes above: an item's chain and derived
+sets are known only once its hash is read.
+
 RQ keeps its own ``rq:`` keys for the delivery queues (see ``delivery``).
 """
 
@@ -99,6 +120,57 @@ def checkpoints(job_id: str) -> str:
 
 def workspace(job_id: str) -> str:
     return f"{_tag(job_id)}:workspace"
+
+
+MEMORY_TENANTS = f"{PREFIX}:mem:tenants"
+
+
+def memory_prefix(tenant: str) -> str:
+    return f"{PREFIX}:mem:{{{tenant}}}:"
+
+
+def memory_item(tenant: str, item_id: str) -> str:
+    return f"{memory_prefix(tenant)}item:{item_id}"
+
+
+def memory_items(tenant: str) -> str:
+    return f"{memory_prefix(tenant)}items"
+
+
+def memory_scope(tenant: str, scope: str) -> str:
+    return f"{memory_prefix(tenant)}scope:{scope}"
+
+
+def memory_user(tenant: str, user: str) -> str:
+    return f"{memory_prefix(tenant)}user:{user}"
+
+
+def memory_chain(tenant: str, scope: str, key: str) -> str:
+    return f"{memory_prefix(tenant)}chain:{scope}|{key}"
+
+
+def memory_derived(tenant: str, item_id: str) -> str:
+    return f"{memory_prefix(tenant)}derived:{item_id}"
+
+
+def memory_forgotten(tenant: str) -> str:
+    return f"{memory_prefix(tenant)}forgotten"
+
+
+def memory_changes(tenant: str) -> str:
+    return f"{memory_prefix(tenant)}changes"
+
+
+def memory_file(tenant: str, scope: str, path: str) -> str:
+    return f"{memory_prefix(tenant)}file:{scope}|{path}"
+
+
+def memory_file_versions(tenant: str, scope: str, path: str) -> str:
+    return f"{memory_prefix(tenant)}filev:{scope}|{path}"
+
+
+def memory_files(tenant: str, scope: str) -> str:
+    return f"{memory_prefix(tenant)}files:{scope}"
 
 
 def worker(worker_id: str) -> str:

@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from .names import check_name
 
 
 class Role(StrEnum):
@@ -65,6 +67,13 @@ class JobSpec(_Record):
     fanout: int = Field(default=3, ge=1, le=100)
     max_attempts: int = Field(default=3, ge=1, le=100)
     token_budget: int = Field(default=0, ge=0, description="tokens all calls may use; 0: none")
+    tenant: str = Field(default="default", description="whose memory the job reads and writes")
+    user: str = Field(default="default", description="the user the job runs for")
+
+    @field_validator("tenant", "user")
+    @classmethod
+    def _names(cls, value: str, info: ValidationInfo) -> str:
+        return check_name(value, info.field_name or "name")
 
     @field_validator("goal")
     @classmethod
@@ -86,6 +95,8 @@ class Job(_Record):
     root_task: str
     created_ms: int
     finished_ms: int = 0
+    tenant: str = "default"  # jobs recorded before tenants belong to the default one
+    user: str = "default"
 
 
 class Task(_Record):

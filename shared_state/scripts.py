@@ -128,6 +128,19 @@ def load(client: redis.Redis, name: str) -> None:
     client.script_load(SCRIPTS[name].source)
 
 
+def run_plain(client: redis.Redis, name: str, keys: list[str], args: list[Any]) -> ScriptResult:
+    """Call a script that emits no job events (the memory scripts), loading it if needed."""
+    try:
+        try:
+            raw = evalsha(client, name, keys, args)
+        except redis.exceptions.NoScriptError:
+            load(client, name)
+            raw = evalsha(client, name, keys, args)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
+    return ScriptResult.parse(raw)
+
+
 class Runner:
     """Calls scripts for one client, mirroring the events they emit.
 

@@ -1,0 +1,282 @@
+"""``redfleet memory``: list, show, search, add, forget and history of a tenant's memory.
+
+An operator at the CLI acts for one tenant (``--tenant``, default
+``default``) and sees every scope of it; ``--user`` narrows to one user's
+items. ``add`` is the user's own assertion (source ``user``, authority 3),
+so it may go straight to ``app:`` or ``user:<id>:``. Text is printed
+terminal-safe (it came from users and models); ``--json`` keeps it exact.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Annotated, Any
+
+import typer
+
+from shared_state.memory import (
+    Claim,
+    MemoryContext,
+    MemoryItem,
+    MemoryStore,
+    Recall,
+    Scope,
+    SourceKind,
+)
+from shared_state.memory.items import ItemKind
+
+from . import views
+from .connection import open_state
+from .errors import CoordinatorError
+from .settings import Settings
+from .text import multi_line, one_line
+
+memory_app = typer.Typer(
+    help=(
+        "Long-term memory: what jobs of a tenant keep between them, with its provenance.\n\n"
+        "Items have a scope (app:, user:<id>:, job:<id>:, temp:<task>:) and belong to a\n"
+        "tenant; workers read and write them for the job's tenant and user only. `add`\n"
+        "records your own assertion; `forget` deletes an item and everything derived from it."
+    ),
+    no_args_is_help=True,
+)
+
+TenantOpt = Annotated[
+    str, typer.Option("--tenant", help="Whose memory (the tenant jobs were submitted under).")
+]
+UserOpt = Annotated[str, typer.Option("--user", help="Only this user's items (any scope).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+COLUMNS = ["id", "scope", "key", "status", "source", "authority", "age", "text"]
+
+
+def _context(tenant: str, user: str = "") -> MemoryContext:
+    return MemoryContext(tenant=tenant, user=user, actor=f"cli:{_os_user()}")
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a bare container)
+        return "unknown"
+
+
+def _scope(text: str, option: str = "--scope") -> Scope:
+    try:
+        return Scope.parse(text)
+    except ValueError as exc:
+        raise CoordinatorError(f"{option}: {str(exc).removeprefix('Value error, ')}") from exc
+
+
+def _doc(item: MemoryItem) -> dict[str, Any]:
+    return item.model_dump(mode="json") | {"scope": str(item.scope)}
+
+
+def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
+    p = item.provenance
+    flags = [item.status]
+    if item.expired(now_ms):
+        flags.append("expired")
+    elif item.stale(now_ms):
+        flags.append("stale")
+    return {
+        "id": item.id,
+        "scope": str(item.scope),
+        "key": item.key,
+        "status": ",".join(flags),
+        "source": f"{p.source_kind.value} {p.source_ref}",
+        "authority": p.authority,
+        "age": views.age(now_ms - p.observed_at),
+        "text": one_line(item.text)[:120],
+    }
+
+
+def _show(items: list[MemoryItem], title: str, store: MemoryStore, as_json: bool) -> None:
+    if as_json:
+        views.print_json([_doc(i) for i in items])
+        return
+    now = store.now_ms()
+    views.table(title, [_row(i, now) for i in items], COLUMNS)
+
+
+@memory_app.command("list")
+def list_cmd(
+    tenant: TenantOpt = "default",
+    user: UserOpt = "",
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="Only this scope, e.g. app: or user:alice:.")
+    ] = None,
+    expired: Annotated[bool, typer.Option("--expired", help="Include expired items.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The tenant's items, newest first, with scope, status and provenance."""
+    where = _scope(scope) if scope else None
+    with open_state(Settings()) as state:
+        store = MemoryStore(state.client)
+        items = store.items(
+            _context(tenant), scope=where, user=user, operator=True, include_expired=expired
+        )
+        _show(items, f"memory of tenant {tenant}", store, as_json)
+
+
+@memory_app.command()
+def show(
+    item_id: Annotated[str, typer.Argument(metavar="ITEM_ID", help="An item id, m-...")],
+    tenant: TenantOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """One item in full: text, scope, lifecycle and provenance."""
+    with open_state(Settings()) as state:
+        store = MemoryStore(state.client)
+        item = store.get(_context(tenant), item_id, operator=True)
+        if as_json:
+            views.print_json(_doc(item))
+            return
+        now = store.now_ms()
+    p = item.provenance
+    lines = [
+        f"{item.id}  {item.scope}  {item.kind}  {item.status}  version {item.version}",
+        f"key: {item.key}",
+        f"source: {p.source_kind.value} {p.source_ref} (authority {p.authority})",
+        f"written by {p.actor or '?'} in job {p.job or '-'} task {p.task or '-'}, "
+        f"{views.age(now - p.observed_at)} ago",
+    ]
+    if p.derived_from:
+        lines.append(f"derived from: {' '.join(p.derived_from)}")
+    if item.valid_until:
+        lines.append(f"valid until: {views.when(item.valid_until)}")
+    if item.reverify_after:
+        lines.append(f"re-verify after: {views.when(item.reverify_after)}")
+    for line in lines:
+        views.write_line(one_line(line))
+    views.write_line(multi_line(item.text))
+
+
+@memory_app.command()
+def search(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to look for.")],
+    tenant: TenantOpt = "default",
+    user: Annotated[
+        str, typer.Option("--user", help="Search as this user: their items and app:.")
+    ] = "",
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100)] = 10,
+    as_json: JsonOpt = False,
+) -> None:
+    """Keyword recall (BM25) over current, unexpired items, best first."""
+    with open_state(Settings()) as state:
+        store = MemoryStore(state.client)
+        ctx = _context(tenant, user)
+        hits = Recall(store).search(ctx, query, k=limit, operator=not user)
+        if as_json:
+            views.print_json([_doc(h.item) | {"score": h.score} for h in hits])
+            return
+        now = store.now_ms()
+        rows = [_row(h.item, now) | {"score": f"{h.score:.2f}"} for h in hits]
+    views.table(f"memory of tenant {tenant} for {query!r}", rows, ["score", *COLUMNS])
+
+
+@memory_app.command()
+def add(
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="What to remember.")],
+    tenant: TenantOpt = "default",
+    scope: Annotated[
+        str, typer.Option("--scope", help="app: (every job of the tenant) or user:<id>:.")
+    ] = "app:",
+    key: Annotated[
+        str,
+        typer.Option(
+            "--key",
+            help="What it is about, e.g. deploy.region: a later claim with the same key "
+            "supersedes it (or is contested, if weaker).",
+        ),
+    ] = "",
+    kind: Annotated[str, typer.Option("--kind", help="fact, decision or preference.")] = "fact",
+    valid_for: Annotated[
+        int, typer.Option("--valid-for", min=0, metavar="SECONDS", help="Expire after (0: never).")
+    ] = 0,
+    reverify_after: Annotated[
+        int,
+        typer.Option("--reverify-after", min=0, metavar="SECONDS", help="Stale after (0: never)."),
+    ] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remember TEXT as your own assertion (source user)."""
+    where = _scope(scope)
+    if not where.wide:
+        raise CoordinatorError("--scope: memory add writes app: or user:<id>:")
+    if kind not in ("fact", "decision", "preference"):
+        raise CoordinatorError(f"--kind: expected fact, decision or preference, not {kind!r}")
+    item_kind: ItemKind = kind  # type: ignore[assignment]
+    ctx = _context(tenant, where.id)
+    claim = Claim(
+        scope=where,
+        text=text,
+        key=key,
+        kind=item_kind,
+        source_kind=SourceKind.USER,
+        source_ref="memory add",
+        valid_for_s=valid_for,
+        reverify_after_s=reverify_after,
+    )
+    with open_state(Settings()) as state:
+        item = MemoryStore(state.client).write(ctx, claim)
+    if as_json:
+        views.print_json(_doc(item))
+    else:
+        views.write_line(f"{item.id} {item.status} ({item.scope} {item.key})")
+
+
+@memory_app.command()
+def forget(
+    item_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[ITEM_ID]...", help="Items to forget.")
+    ] = None,
+    tenant: TenantOpt = "default",
+    user: Annotated[
+        str, typer.Option("--user", help="Forget all of this user's memory instead.")
+    ] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete items and everything derived from them; prints what was removed.
+
+    Derived means promoted copies, episodes and items that quote it, and, in
+    the tenant's job records, transcripts, working states and events that
+    quoted it are redacted. What was forgotten cannot be written back by a
+    worker (it may by you, with `memory add`).
+    """
+    if bool(item_ids) == bool(user):
+        raise CoordinatorError("give ITEM_ID... or --user, one of the two")
+    with open_state(Settings()) as state:
+        store = MemoryStore(state.client)
+        ctx = _context(tenant)
+        report = store.forget_user(ctx, user) if user else store.forget(ctx, item_ids or [])
+    if as_json:
+        views.print_json(
+            {
+                "removed": [r.__dict__ for r in report.removed],
+                "redacted": report.redacted,
+            }
+        )
+        return
+    for r in report.removed:
+        views.write_line(one_line(f"removed {r.id} {r.kind} {r.scope} {r.key}"))
+    for name in report.redacted:
+        views.write_line(one_line(f"redacted {name}"))
+    views.write_line(
+        f"{len(report.removed)} item(s) removed, {len(report.redacted)} record(s) redacted"
+    )
+
+
+@memory_app.command()
+def history(
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The claim's key, e.g. db.port.")],
+    scope: Annotated[str, typer.Option("--scope", help="The chain's scope.")] = "app:",
+    tenant: TenantOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """Every version of one claim, oldest first: which holds, which were superseded or
+    contested."""
+    where = _scope(scope)
+    with open_state(Settings()) as state:
+        store = MemoryStore(state.client)
+        items = store.history(_context(tenant), where, key, operator=True)
+        _show(items, f"history of {where}{key}", store, as_json)

@@ -1,0 +1,120 @@
+--[[
+  memoryWrite: store one version of a claim in a tenant's memory and settle
+  its chain: authority first, then recency, history kept.
+
+  Idempotent: the item id is chosen by the caller, and a write re-sent with
+  the same id (a retry after a lost reply) finds the item and writes nothing.
+
+  KEYS[1] the tenant's memory prefix   rf:mem:{tenant}:
+          (item, chain, derived, seen, scope and user keys are named from it)
+
+  ARGV[1] item id           ARGV[2] scope        ARGV[3] claim key
+  ARGV[4] text              ARGV[5] kind         ARGV[6] user ('' none)
+  ARGV[7] source kind       ARGV[8] source ref   ARGV[9] job ('' none)
+  ARGV[10] task ('' none)   ARGV[11] actor       ARGV[12] authority (0-4)
+  ARGV[13] valid for (ms, 0: no expiry)          ARGV[14] reverify after (ms, 0: never)
+  ARGV[15] digest of the claim (key and normalized text)
+  ARGV[16] promoted from (item id, '' none)      ARGV[17] changes stream maxlen
+  ARGV[18] n, the number of shingle digests that follow
+  ARGV[19 .. 18+n] shingle digests of the text
+  ARGV[19+n ..]    ids of the items this one is derived from
+
+  The chain of (scope, key) has at most one version marked current. The new
+  version becomes current when there is none, when the current one has
+  expired, or when its authority is at least the current one's (which is
+  marked superseded); a newer claim of lower authority is kept as contested
+  and the current one stays. A claim equal to the current one (same digest)
+  adds no version: the job is counted as having seen it.
+
+  A write quoting a forgotten item (any shingle in the fence) or derived from
+  one is refused — unless the user says it again, which lifts the fence for
+  that text.
+
+  Returns {code, data, events}
+     1  data = id, status, version, observed_at, supersedes, existed, duplicate, seen
+    -1  a parent in derived_from does not exist; data = what
+    -7  forgotten; data = what ('text' or the parent's id)
+]]
+--- @include "common"
+
+local p, id = KEYS[1], ARGV[1]
+local itemKey = p .. 'item:' .. id
+local fence = p .. 'forgotten'
+
+local known = redis.call('HMGET', itemKey, 'status', 'version', 'observed_at', 'supersedes')
+if known[1] then
+  return reply(1, {id = id, status = known[1], version = tonumber(known[2]),
+    observed_at = tonumber(known[3]), supersedes = known[4] or '', existed = true})
+end
+
+local n = tonumber(ARGV[18])
+local userSays = ARGV[7] == 'user'
+for i = 19, 18 + n do
+  if userSays then
+    redis.call('SREM', fence, ARGV[i])
+  elseif redis.call('SISMEMBER', fence, ARGV[i]) == 1 then
+    return reply(-7, {what = 'text'})
+  end
+end
+local parents = {}
+for i = 19 + n, #ARGV do
+  local parent = ARGV[i]
+  if redis.call('SISMEMBER', fence, 'id:' .. parent) == 1 then return reply(-7, {what = parent}) end
+  if redis.call('EXISTS', p .. 'item:' .. parent) == 0 then return reply(-1, {what = parent}) end
+  parents[#parents + 1] = parent
+end
+
+local now = nowMs()
+local scope, key, job = ARGV[2], ARGV[3], ARGV[9]
+local authority = tonumber(ARGV[12])
+local seenKey = p .. 'seen:' .. ARGV[15]
+if job ~= '' then redis.call('SADD', seenKey, job) end
+local seen = redis.call('SCARD', seenKey)
+
+local chainKey = p .. 'chain:' .. scope .. '|' .. key
+local chain = redis.call('LRANGE', chainKey, 0, -1)
+local current, cur
+for _, member in ipairs(chain) do
+  local m = redis.call('HMGET', p .. 'item:' .. member, 'status', 'authority', 'valid_until', 'digest',
+    'version', 'observed_at')
+  if m[1] == 'current' then current, cur = member, m end
+end
+if cur and cur[4] == ARGV[15] then
+  return reply(1, {id = current, status = 'current', version = tonumber(cur[5]),
+    observed_at = tonumber(cur[6]), supersedes = '', duplicate = true, seen = seen})
+end
+
+local status = 'current'
+if cur then
+  local until_ = tonumber(cur[3]) or 0
+  local expired = until_ > 0 and until_ <= now
+  if expired or authority >= tonumber(cur[2]) then
+    redis.call('HSET', p .. 'item:' .. current, 'status', 'superseded', 'superseded_by', id)
+    redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[17]), '*', 'op', 'put', 'id', current)
+  else
+    status = 'contested'
+  end
+end
+
+local validFor, reverify = tonumber(ARGV[13]), tonumber(ARGV[14])
+local version = #chain + 1
+local shingles = {}
+for i = 19, 18 + n do shingles[#shingles + 1] = ARGV[i] end
+redis.call('HSET', itemKey, 'id', id, 'scope', scope, 'key', key, 'text', ARGV[4], 'kind', ARGV[5],
+  'user', ARGV[6], 'source_kind', ARGV[7], 'source_ref', ARGV[8], 'job', job, 'task', ARGV[10],
+  'actor', ARGV[11], 'authority', authority, 'observed_at', now, 'status', status,
+  'version', version, 'supersedes', (status == 'current' and current) or '',
+  'contests', (status == 'contested' and current) or '', 'promoted_from', ARGV[16],
+  'valid_until', (validFor > 0 and now + validFor) or 0,
+  'reverify_after', (reverify > 0 and now + reverify) or 0,
+  'digest', ARGV[15], 'shingles', table.concat(shingles, ' '),
+  'derived_from', table.concat(parents, ' '))
+redis.call('ZADD', p .. 'items', now, id)
+redis.call('SADD', p .. 'scope:' .. scope, id)
+if ARGV[6] ~= '' then redis.call('SADD', p .. 'user:' .. ARGV[6], id) end
+redis.call('RPUSH', chainKey, id)
+for _, parent in ipairs(parents) do redis.call('SADD', p .. 'derived:' .. parent, id) end
+redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[17]), '*', 'op', 'put', 'id', id)
+
+return reply(1, {id = id, status = status, version = version, observed_at = now,
+  supersedes = (status == 'current' and current) or '', seen = seen})

@@ -1,0 +1,236 @@
+"""Keyword recall over a tenant's memory: BM25 (bm25s), offline, on plain Redis.
+
+No module, no embedding service, no model: the items stay in Redis, and each
+process keeps a BM25 index per tenant that follows the tenant's change
+stream. A search first reads the stream's last id (one round trip); if
+another worker wrote or forgot since, the index takes in those changes before
+ranking — so an item written by any worker is recallable by every other at
+its next step. Hits are then read back from Redis and checked again, so an
+item forgotten or superseded a moment ago is never served from the cache.
+
+Ranking is bm25s's; filters (the context's scopes, current versions only,
+unexpired by Redis time, a minimum authority, kinds) are a mask over its
+scores; ties are broken by item id, so the same query over the same items
+returns the same order everywhere. ``Ranker`` is the seam where an embedder
+would go.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import bm25s
+import numpy as np
+import redis
+
+from .. import keys
+from .items import MemoryContext, MemoryItem, Scope
+from .store import MemoryStore
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9_.:/@-]*[a-z0-9]|[a-z0-9]")
+_PARTS = re.compile(r"[_.:/@-]")
+_STOP = frozenset(
+    {"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is",
+     "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "were", "will", "with",
+     "we", "our", "you", "your", "not", "no"}
+)  # fmt: skip
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased words; a compound (``ACCT-7Q2X9``, ``db.port``) also as its parts."""
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP:
+            continue
+        out.append(_stem(word))
+        parts = [p for p in _PARTS.split(word) if p and p not in _STOP]
+        if len(parts) > 1:
+            out += [_stem(p) for p in parts]
+    return out
+
+
+def _stem(word: str) -> str:
+    # Plural and singular meet; nothing fancier, so identifiers stay as written.
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss") and word.isalpha():
+        return word[:-1]
+    return word
+
+
+class Ranker(Protocol):
+    """Scores every indexed document for a query (the seam for an embedder)."""
+
+    def build(self, documents: Sequence[list[str]]) -> None: ...
+
+    def scores(self, query: list[str]) -> np.ndarray: ...
+
+
+class BM25Ranker:
+    def __init__(self) -> None:
+        self._index: bm25s.BM25 | None = None
+        self._size = 0
+
+    def build(self, documents: Sequence[list[str]]) -> None:
+        self._size = len(documents)
+        if not documents:
+            self._index = None
+            return
+        self._index = bm25s.BM25()
+        self._index.index(list(documents), show_progress=False)
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        if self._index is None:
+            return np.zeros(self._size, dtype=np.float32)
+        return self._index.get_scores(query)
+
+
+@dataclass(frozen=True)
+class Hit:
+    item: MemoryItem
+    score: float
+
+
+@dataclass
+class _Doc:
+    terms: list[str]
+    scope: Scope
+    status: str
+    valid_until: int
+    authority: int
+    kind: str
+    user: str
+
+
+@dataclass
+class _TenantIndex:
+    last_change: str = ""
+    docs: dict[str, _Doc] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+    ranker: Ranker = field(default_factory=BM25Ranker)
+    built: bool = False
+
+
+class Recall:
+    """Search a tenant's memory; one per process, shared by its tasks."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.client: redis.Redis = store.client
+        self._tenants: dict[str, _TenantIndex] = {}
+
+    def search(
+        self,
+        ctx: MemoryContext,
+        query: str,
+        *,
+        k: int = 5,
+        scopes: Sequence[Scope] = (),
+        min_authority: int = 0,
+        kinds: Sequence[str] = (),
+        operator: bool = False,
+    ) -> list[Hit]:
+        """The ``k`` best current, unexpired items visible to ``ctx`` for ``query``."""
+        wanted = terms(query)
+        if not wanted or k <= 0:
+            return []
+        index = self._refresh(ctx.tenant)
+        if not index.ids:
+            return []
+        now = self.store.now_ms()
+        allowed = {str(s) for s in scopes}
+        mask = np.fromiter(
+            (
+                doc.status == "current"
+                and not (doc.valid_until and now >= doc.valid_until)
+                and doc.authority >= min_authority
+                and (not allowed or str(doc.scope) in allowed)
+                and (not kinds or doc.kind in kinds)
+                and ctx.sees(doc.scope, operator=operator)
+                for doc in (index.docs[i] for i in index.ids)
+            ),
+            dtype=bool,
+            count=len(index.ids),
+        )
+        scores = np.round(index.ranker.scores(wanted).astype(np.float64), 6)
+        candidates = np.nonzero(mask & (scores > 0))[0]
+        # Best score first, then item id (index.ids is sorted): the same order everywhere.
+        ranked = candidates[np.lexsort((candidates, -scores[candidates]))]
+        hits: list[Hit] = []
+        for start in range(0, len(ranked), max(k * 2, 8)):
+            chunk = ranked[start : start + max(k * 2, 8)]
+            fresh = self._still_current(ctx, [index.ids[i] for i in chunk], now, operator)
+            for position in chunk:
+                item = fresh.get(index.ids[position])
+                if item is not None:
+                    hits.append(Hit(item, float(scores[position])))
+                    if len(hits) == k:
+                        return hits
+        return hits
+
+    def _still_current(
+        self, ctx: MemoryContext, ids: list[str], now: int, operator: bool
+    ) -> dict[str, MemoryItem]:
+        """The items among ``ids`` that Redis still holds as current, unexpired and visible."""
+        return {
+            item.id: item
+            for item in self.store.read_many(ctx.tenant, ids)
+            if item.status == "current"
+            and not item.expired(now)
+            and ctx.sees(item.scope, operator=operator)
+        }
+
+    def _refresh(self, tenant: str) -> _TenantIndex:
+        index = self._tenants.setdefault(tenant, _TenantIndex())
+        stream = keys.memory_changes(tenant)
+        last = self.client.xrevrange(stream, count=1)
+        last_id = last[0][0].decode() if last else ""
+        if index.built and last_id == index.last_change:
+            return index
+        changed: set[str] | None = None
+        if index.built and index.last_change:
+            oldest = self.client.xrange(stream, count=1)
+            if oldest and _stream_id(oldest[0][0].decode()) <= _stream_id(index.last_change):
+                entries = self.client.xrange(stream, min=f"({index.last_change}")
+                changed = {fields[b"id"].decode() for _, fields in entries}
+        if changed is None:  # first use, or the stream was trimmed past what we saw
+            index.docs.clear()
+            changed = {i.decode() for i in self.client.zrange(keys.memory_items(tenant), 0, -1)}
+        ordered = sorted(changed)
+        pipe = self.client.pipeline(transaction=False)
+        for item_id in ordered:
+            pipe.hmget(
+                keys.memory_item(tenant, item_id),
+                "text",
+                "key",
+                "scope",
+                "status",
+                "valid_until",
+                "authority",
+                "kind",
+                "user",
+            )
+        for item_id, row in zip(ordered, pipe.execute(), strict=True):
+            if row[0] is None:
+                index.docs.pop(item_id, None)
+                continue
+            text, key, scope, status, valid_until, authority, kind, user = (v.decode() for v in row)
+            index.docs[item_id] = _Doc(
+                terms=terms(f"{key} {text}"),
+                scope=Scope.parse(scope),
+                status=status,
+                valid_until=int(valid_until or 0),
+                authority=int(authority),
+                kind=kind,
+                user=user,
+            )
+        index.ids = sorted(index.docs)
+        index.ranker.build([index.docs[i].terms for i in index.ids])
+        index.last_change, index.built = last_id, True
+        return index
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

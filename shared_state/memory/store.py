@@ -1,0 +1,534 @@
+"""A tenant's long-term memory in Redis: write, read, promote, forget.
+
+Every call takes a ``MemoryContext``; its tenant names the keys, so a read
+can only ever reach that tenant's items, and within it the context's scopes
+(``MemoryContext.sees``). Ids are checked against the tenant's own keys, so a
+colliding id in another tenant is simply not there.
+
+Writes go through ``memoryWrite`` (one script: fence, chain, indexes); a
+forget goes through ``memoryForget`` and then through the tenant's job
+records, so that what was derived from a forgotten item — promoted copies,
+episodes, index entries, and the transcripts, working states and events that
+quoted it — is removed or redacted too (``ForgetReport`` lists it all).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import redis
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .. import keys
+from ..errors import (
+    Code,
+    Forgotten,
+    MemoryNotFound,
+    MemoryRefused,
+    PromotionRefused,
+    SecretInMemory,
+)
+from ..redact import redact
+from ..scripts import run_plain
+from .items import (
+    AUTHORITY,
+    Claim,
+    MemoryContext,
+    MemoryItem,
+    Provenance,
+    Scope,
+    ScopeKind,
+    SourceKind,
+    digest,
+    shingles,
+)
+
+CHANGES_MAXLEN = 10_000
+PROMOTE_AFTER_JOBS = 3  # a claim written in this many jobs may be promoted
+TEMP_TTL_S = 24 * 3600  # a scratch item outlives a task that never ends by this much
+REDACTED = "[forgotten]"
+
+# Tokens of a forgotten text that are redacted on their own wherever they
+# appear in the tenant's records (the context engine pins identifiers apart
+# from their sentence): 8+ characters mixing letters and digits, but not an
+# id of redfleet's own (artifacts, jobs, tasks, items), which records use to
+# point at each other.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{6,}[A-Za-z0-9]")
+_OWN_ID = re.compile(r"^(?:a|j|m|t|planner|coder|reviewer|subagent)-[0-9a-f]{6,}$")
+
+
+def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+class Evidence(BaseModel):
+    """A passing check: a trusted verdict artifact of a job in which a feature passes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    artifact_id: str
+    feature_id: str
+
+
+@dataclass(frozen=True)
+class Removed:
+    id: str
+    scope: str
+    key: str
+    kind: str
+
+
+@dataclass
+class ForgetReport:
+    """What a forget removed: items (the ones named and all derived) and redacted records."""
+
+    removed: list[Removed] = field(default_factory=list)
+    redacted: list[str] = field(default_factory=list)  # keys rewritten or entries deleted
+
+
+class MemoryStore:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        promote_after_jobs: int = PROMOTE_AFTER_JOBS,
+        changes_maxlen: int = CHANGES_MAXLEN,
+    ) -> None:
+        self.client = client
+        self.promote_after_jobs = promote_after_jobs
+        self.changes_maxlen = changes_maxlen
+
+    # ----------------------------------------------------------------- writes
+
+    def write(self, ctx: MemoryContext, claim: Claim, *, item_id: str = "") -> MemoryItem:
+        """Store ``claim`` as written by ``ctx``; returns the version stored (or the current
+        one, when the claim repeats it).
+
+        Scope rules: ``job:`` and ``temp:`` only for the context's own job and
+        task; ``user:`` only for the context's user; ``app:`` and ``user:``
+        only from the user, a verifier or the system — anything else stays
+        job-scoped until ``promote`` lets it out.
+        """
+        self._check_scope(ctx, claim.scope)
+        if claim.scope.wide and claim.source_kind not in (
+            SourceKind.USER,
+            SourceKind.VERIFIER,
+            SourceKind.SYSTEM,
+        ):
+            raise PromotionRefused(
+                f"a {claim.source_kind.value} claim stays job-scoped; "
+                f"promote it with evidence to reach {claim.scope}"
+            )
+        return self._store(ctx, claim, item_id=item_id or f"m-{secrets.token_hex(8)}")
+
+    def promote(
+        self,
+        ctx: MemoryContext,
+        item_id: str,
+        to: Scope,
+        *,
+        evidence: Evidence | None = None,
+    ) -> MemoryItem:
+        """Copy a job's item to ``user:`` or ``app:``, if the gate lets it through.
+
+        The gate: a passing check (``evidence``), the user's own word (a
+        user-sourced item), or the same claim written in
+        ``promote_after_jobs`` jobs. Tool and web content reaches ``app:``
+        only with evidence. The copy is derived from the original: forgetting
+        the original forgets the copy.
+        """
+        item = self.get(ctx, item_id)
+        if not to.wide:
+            raise PromotionRefused(f"promotion goes to user: or app:, not {to}")
+        if to.kind is ScopeKind.USER and to.id != (item.user or ctx.user):
+            raise PromotionRefused(f"{item_id} belongs to user {item.user!r}, not {to.id!r}")
+        source = item.provenance.source_kind
+        source_ref = item.provenance.source_ref
+        if evidence is not None:
+            self._check_evidence(ctx, item, evidence)
+            source, source_ref = SourceKind.VERIFIER, f"verdict {evidence.artifact_id}"
+        elif source is SourceKind.TOOL and to.kind is ScopeKind.APP:
+            raise PromotionRefused("tool and web content reaches app: only with a passing check")
+        elif source not in (SourceKind.USER, SourceKind.VERIFIER):
+            seen = self.client.scard(
+                keys.memory_prefix(ctx.tenant) + f"seen:{_claim_digest(item.key, item.text)}"
+            )
+            if seen < self.promote_after_jobs:
+                raise PromotionRefused(
+                    f"{item_id} is a {source.value} claim seen in {seen} job(s): promotion "
+                    f"needs a passing check, the user's word or {self.promote_after_jobs} jobs"
+                )
+        claim = Claim(
+            scope=to,
+            text=item.text,
+            key=item.key,
+            kind=item.kind,
+            source_kind=source,
+            source_ref=source_ref,
+            authority=AUTHORITY[source] if evidence else item.provenance.authority,
+            derived_from=(item.id,),
+        )
+        owner = ctx.model_copy(update={"user": item.user or ctx.user})
+        return self._store(owner, claim, item_id=f"m-{secrets.token_hex(8)}", promoted_from=item.id)
+
+    def _store(
+        self, ctx: MemoryContext, claim: Claim, *, item_id: str, promoted_from: str = ""
+    ) -> MemoryItem:
+        if redact(claim.text) != claim.text:
+            raise SecretInMemory()
+        key = claim.claim_key
+        try:
+            provenance = Provenance(
+                source_kind=claim.source_kind,
+                source_ref=claim.source_ref,
+                job=ctx.job,
+                task=ctx.task,
+                actor=ctx.actor,
+                authority=AUTHORITY[claim.source_kind]
+                if claim.authority is None
+                else claim.authority,
+                derived_from=claim.derived_from,
+            )
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "provenance"
+            raise MemoryRefused(f"provenance {where}: {problem['msg']}") from exc
+        valid_for_s = claim.valid_for_s
+        if claim.scope.kind is ScopeKind.TEMP and not valid_for_s:
+            valid_for_s = TEMP_TTL_S
+        marks = shingles(claim.text)
+        res = run_plain(
+            self.client,
+            "memoryWrite",
+            [keys.memory_prefix(ctx.tenant)],
+            [
+                item_id,
+                str(claim.scope),
+                key,
+                claim.text,
+                claim.kind,
+                ctx.user,
+                provenance.source_kind.value,
+                provenance.source_ref,
+                ctx.job,
+                ctx.task,
+                ctx.actor,
+                provenance.authority,
+                valid_for_s * 1000,
+                claim.reverify_after_s * 1000,
+                _claim_digest(key, claim.text),
+                promoted_from,
+                self.changes_maxlen,
+                len(marks),
+                *marks,
+                *provenance.derived_from,
+            ],
+        )
+        if res.code == Code.FORGOTTEN:
+            what = res.data["what"]
+            raise Forgotten("this text" if what == "text" else f"item {what}")
+        if res.code == Code.NOT_FOUND:
+            raise MemoryNotFound(res.data["what"])
+        self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)
+        return self._read(ctx.tenant, res.data["id"])
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, ctx: MemoryContext, item_id: str, *, operator: bool = False) -> MemoryItem:
+        item = self._read(ctx.tenant, item_id)
+        if not ctx.sees(item.scope, operator=operator):
+            raise MemoryNotFound(item_id)
+        return item
+
+    def current(
+        self, ctx: MemoryContext, scope: Scope, key: str, *, operator: bool = False
+    ) -> MemoryItem | None:
+        """The version of (scope, key) that holds now, or None (none, or it expired)."""
+        now = self.now_ms()
+        for item in self.history(ctx, scope, key, operator=operator):
+            if item.status == "current" and not item.expired(now):
+                return item
+        return None
+
+    def history(
+        self, ctx: MemoryContext, scope: Scope, key: str, *, operator: bool = False
+    ) -> list[MemoryItem]:
+        """Every kept version of (scope, key), oldest first, with its status."""
+        if not ctx.sees(scope, operator=operator):
+            return []
+        chain = keys.memory_chain(ctx.tenant, str(scope), key.strip().lower() or key)
+        ids = [i.decode() for i in self.client.lrange(chain, 0, -1)]
+        return self.read_many(ctx.tenant, ids)
+
+    def items(
+        self,
+        ctx: MemoryContext,
+        *,
+        scope: Scope | None = None,
+        user: str = "",
+        operator: bool = False,
+        include_expired: bool = False,
+    ) -> list[MemoryItem]:
+        """The items visible to ``ctx``, newest first, optionally of one scope or user."""
+        if scope is not None:
+            ids = self._members(keys.memory_scope(ctx.tenant, str(scope)))
+        elif user:
+            ids = self._members(keys.memory_user(ctx.tenant, user))
+        else:
+            ids = [i.decode() for i in self.client.zrange(keys.memory_items(ctx.tenant), 0, -1)]
+        now = self.now_ms()
+        found = [
+            item
+            for item in self.read_many(ctx.tenant, ids)
+            if ctx.sees(item.scope, operator=operator)
+            and (not user or item.user == user)
+            and (include_expired or not item.expired(now))
+        ]
+        return sorted(found, key=lambda i: (-i.provenance.observed_at, i.id))
+
+    def stale(self, ctx: MemoryContext, *, operator: bool = False) -> list[MemoryItem]:
+        """Unexpired items past their re-verification time."""
+        now = self.now_ms()
+        return [i for i in self.items(ctx, operator=operator) if i.stale(now)]
+
+    def _read(self, tenant: str, item_id: str) -> MemoryItem:
+        raw = self.client.hgetall(keys.memory_item(tenant, item_id))
+        if not raw:
+            raise MemoryNotFound(item_id)
+        return MemoryItem.from_hash({"tenant": tenant, **_decode(raw)})
+
+    def read_many(self, tenant: str, ids: Sequence[str]) -> list[MemoryItem]:
+        pipe = self.client.pipeline(transaction=False)
+        for item_id in ids:
+            pipe.hgetall(keys.memory_item(tenant, item_id))
+        return [
+            MemoryItem.from_hash({"tenant": tenant, **_decode(raw)})
+            for raw in pipe.execute()
+            if raw
+        ]
+
+    def now_ms(self) -> int:
+        sec, usec = self.client.time()
+        return sec * 1000 + usec // 1000
+
+    # ----------------------------------------------------------------- forget
+
+    def forget(self, ctx: MemoryContext, item_ids: Iterable[str]) -> ForgetReport:
+        """Delete the items, all derived from them, and redact what quoted them.
+
+        The items are looked up in ``ctx``'s tenant only; an id that is not
+        there is ``MemoryNotFound`` before anything is removed.
+        """
+        roots = [self._read(ctx.tenant, i) for i in item_ids]
+        return self._forget(ctx.tenant, roots)
+
+    def forget_user(self, ctx: MemoryContext, user: str) -> ForgetReport:
+        """Delete every item of ``user`` in the tenant (any scope) and all derived from them."""
+        ids = self._members(keys.memory_user(ctx.tenant, user))
+        return self._forget(ctx.tenant, self.read_many(ctx.tenant, ids))
+
+    def _forget(self, tenant: str, roots: list[MemoryItem]) -> ForgetReport:
+        report = ForgetReport()
+        if not roots:
+            return report
+        needles = _needles(i.text for i in roots)
+        # Items that quote a root without saying so are derived all the same.
+        quoting = [
+            item.id
+            for item in self.read_many(tenant, self._all_ids(tenant))
+            if any(n in item.text for n in needles)
+        ]
+        ids = list(dict.fromkeys([*(i.id for i in roots), *quoting]))
+        before = {i.id: i for i in self.read_many(tenant, self._closure(tenant, ids))}
+        prefix = keys.memory_prefix(tenant)
+        res = run_plain(self.client, "memoryForget", [prefix], [self.changes_maxlen, 1, *ids])
+        gone = res.data["removed"].split()
+        report.removed = [
+            Removed(i, str(before[i].scope), before[i].key, before[i].kind)
+            for i in gone
+            if i in before
+        ]
+        texts = [before[i].text for i in gone if i in before]
+        report.redacted = self._redact_records(tenant, _needles(texts))
+        return report
+
+    def expire_job(self, tenant: str, job_id: str, task_ids: Sequence[str] = ()) -> int:
+        """Remove a finished job's ``job:`` (and its tasks' ``temp:``) items; returns how many.
+
+        What was promoted from them stays: expiry is not a forget.
+        """
+        scopes = [Scope(kind=ScopeKind.JOB, id=job_id)]
+        scopes += [Scope(kind=ScopeKind.TEMP, id=t) for t in task_ids]
+        ids = []
+        for scope in scopes:
+            ids += self._members(keys.memory_scope(tenant, str(scope)))
+        if not ids:
+            return 0
+        res = run_plain(
+            self.client,
+            "memoryForget",
+            [keys.memory_prefix(tenant)],
+            [self.changes_maxlen, 0, *sorted(ids)],
+        )
+        return len(res.data["removed"].split())
+
+    def _members(self, key: str) -> list[str]:
+        return sorted(i.decode() for i in self.client.smembers(key))
+
+    def _all_ids(self, tenant: str) -> list[str]:
+        return [i.decode() for i in self.client.zrange(keys.memory_items(tenant), 0, -1)]
+
+    def _closure(self, tenant: str, ids: list[str]) -> list[str]:
+        """``ids`` and every item derived from them (what the forget script will follow)."""
+        seen: dict[str, None] = {}
+        queue = list(ids)
+        while queue:
+            item_id = queue.pop(0)
+            if item_id in seen:
+                continue
+            seen[item_id] = None
+            queue += self._members(keys.memory_derived(tenant, item_id))
+        return list(seen)
+
+    def _redact_records(self, tenant: str, needles: list[str]) -> list[str]:
+        """Rewrite or delete what quotes ``needles`` in the tenant's job records, memory files
+        and events."""
+        jobs = self._jobs_of(tenant)
+        touched: list[str] = []
+        for key in self.client.scan_iter(match=f"{keys.PREFIX}:{{*", count=1000):
+            name = key.decode()
+            tag = name[len(keys.PREFIX) + 2 : name.find("}")]
+            if tag in jobs and _redact_key(self.client, key, needles):
+                touched.append(name)
+        # Memory files (and their kept versions) that quoted it.
+        for key in self.client.scan_iter(match=f"{keys.memory_prefix(tenant)}file*", count=1000):
+            if _redact_key(self.client, key, needles):
+                touched.append(key.decode())
+        events = [
+            entry_id
+            for entry_id, fields in self.client.xrange(keys.EVENTS)
+            if fields.get(b"job_id", b"").decode() in jobs
+            and any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
+        ]
+        if events:
+            self.client.xdel(keys.EVENTS, *events)
+            touched.append(f"{keys.EVENTS} ({len(events)} entries)")
+        return touched
+
+    def _jobs_of(self, tenant: str) -> set[str]:
+        job_ids = [j.decode() for j in self.client.zrange(keys.JOBS, 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(keys.job(job_id), "tenant")
+        owners = pipe.execute()
+        return {
+            job_id
+            for job_id, owner in zip(job_ids, owners, strict=True)
+            if (owner.decode() if owner else "default") == tenant
+        }
+
+    def _check_scope(self, ctx: MemoryContext, scope: Scope) -> None:
+        if scope.kind is ScopeKind.JOB and scope.id != ctx.job:
+            raise MemoryRefused(f"scope {scope} is not this job's (job:{ctx.job or '?'}:)")
+        if scope.kind is ScopeKind.TEMP and scope.id != ctx.task:
+            raise MemoryRefused(f"scope {scope} is not this task's (temp:{ctx.task or '?'}:)")
+        if scope.kind is ScopeKind.USER and scope.id != ctx.user:
+            raise MemoryRefused(f"scope {scope} is not this job's user (user:{ctx.user or '?'}:)")
+
+    def _check_evidence(self, ctx: MemoryContext, item: MemoryItem, evidence: Evidence) -> None:
+        if evidence.job != item.provenance.job:
+            raise PromotionRefused(f"evidence from job {evidence.job}, the item is from another")
+        raw = _decode(self.client.hgetall(keys.artifact(evidence.job, evidence.artifact_id)))
+        if raw.get("kind") != "verdict" or raw.get("trust") != "trusted":
+            raise PromotionRefused(f"{evidence.artifact_id} is not a trusted verdict artifact")
+        try:
+            verdicts = json.loads(raw.get("content", ""))["verdicts"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PromotionRefused(f"{evidence.artifact_id} holds no verdicts") from exc
+        for verdict in verdicts:
+            if verdict.get("feature_id") == evidence.feature_id:
+                if verdict.get("passes") and verdict.get("evidence"):
+                    return
+                break
+        raise PromotionRefused(
+            f"{evidence.feature_id} does not pass with evidence in {evidence.artifact_id}"
+        )
+
+
+def _claim_digest(key: str, text: str) -> str:
+    return digest(f"{key}\n{text}")
+
+
+def _needles(texts: Iterable[str]) -> list[str]:
+    """What to look for: each text, as written and as JSON escapes it, and its identifiers."""
+    found: dict[str, None] = {}
+    for text in texts:
+        found[text] = None
+        found[json.dumps(text)[1:-1]] = None
+        for token in _IDENTIFIER.findall(text):
+            if (
+                any(c.isdigit() for c in token)
+                and any(c.isalpha() for c in token)
+                and not _OWN_ID.match(token)
+            ):
+                found[token] = None
+    return sorted(found, key=len, reverse=True)
+
+
+def _redact_key(client: redis.Redis, key: bytes, needles: list[str]) -> bool:
+    """Redact ``needles`` in one key, whatever its type; True if anything changed."""
+    kind = client.type(key).decode()
+    if kind == "hash":
+        changed = {}
+        for name, value in client.hgetall(key).items():
+            text = value.decode(errors="replace")
+            clean = _scrub(text, needles)
+            if clean != text:
+                changed[name] = clean
+        if changed:
+            client.hset(key, mapping={**changed, b"redacted": b"1"})
+        return bool(changed)
+    if kind == "string":
+        text = client.get(key).decode(errors="replace")
+        clean = _scrub(text, needles)
+        if clean != text:
+            client.set(key, clean, keepttl=True)
+        return clean != text
+    if kind == "stream":
+        hits = [
+            entry_id
+            for entry_id, fields in client.xrange(key)
+            if any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
+        ]
+        if hits:
+            client.xdel(key, *hits)
+        return bool(hits)
+    members: list[bytes] = []
+    if kind in ("set", "zset", "list"):
+        if kind == "set":
+            members = list(client.smembers(key))
+        elif kind == "zset":
+            members = client.zrange(key, 0, -1)
+        else:
+            members = client.lrange(key, 0, -1)
+        hits = [m for m in members if any(n in m.decode(errors="replace") for n in needles)]
+        for member in hits:
+            if kind == "set":
+                client.srem(key, member)
+            elif kind == "zset":
+                client.zrem(key, member)
+            else:
+                client.lrem(key, 0, member)
+        return bool(hits)
+    return False
+
+
+def _scrub(text: str, needles: list[str]) -> str:
+    for needle in needles:
+        text = text.replace(needle, REDACTED)
+    return text

@@ -1,0 +1,65 @@
+"""`redfleet memory …` and `submit --tenant/--user` as a user types them."""
+
+from __future__ import annotations
+
+import json
+
+from shared_state import State
+
+from .test_cli import assert_one_line_error, run
+
+
+def test_add_list_search_history_show_and_forget(state: State, redis_url: str) -> None:
+    first = json.loads(
+        run("memory", "add", "deploys go to eu-west-1", "--key", "deploy.region", "--json",
+            url=redis_url).stdout
+    )  # fmt: skip
+    assert first["provenance"]["source_kind"] == "user"
+    assert first["provenance"]["actor"].startswith("cli:")
+    second = run("memory", "add", "deploys go to us-east-2", "--key", "deploy.region",
+                 url=redis_url)  # fmt: skip
+    assert second.returncode == 0 and "current" in second.stdout
+
+    listed = json.loads(run("memory", "list", "--json", url=redis_url).stdout)
+    assert {i["text"]: i["status"] for i in listed} == {
+        "deploys go to eu-west-1": "superseded",
+        "deploys go to us-east-2": "current",
+    }
+    found = json.loads(
+        run("memory", "search", "where do deploys go", "--json", url=redis_url).stdout
+    )
+    assert [h["text"] for h in found] == ["deploys go to us-east-2"]  # only the current version
+    chain = json.loads(run("memory", "history", "deploy.region", "--json", url=redis_url).stdout)
+    assert [h["version"] for h in chain] == [1, 2]
+    shown = run("memory", "show", first["id"], url=redis_url)
+    assert "source: user memory add (authority 3)" in shown.stdout
+
+    forgot = run("memory", "forget", first["id"], url=redis_url)
+    assert f"removed {first['id']}" in forgot.stdout
+    assert_one_line_error(run("memory", "show", first["id"], url=redis_url), "no memory item")
+
+
+def test_tenants_are_apart_at_the_cli(state: State, redis_url: str) -> None:
+    run("memory", "add", "acme uses postgres", "--tenant", "acme", url=redis_url)
+    other = json.loads(run("memory", "list", "--tenant", "globex", "--json", url=redis_url).stdout)
+    assert other == []
+    found = run("memory", "search", "postgres", "--tenant", "globex", "--json", url=redis_url)
+    assert json.loads(found.stdout) == []
+
+
+def test_bad_input_is_one_line_naming_what_was_wrong(state: State, redis_url: str) -> None:
+    assert_one_line_error(run("memory", "list", "--tenant", "a b", url=redis_url), "tenant")
+    assert_one_line_error(run("memory", "add", "x", "--scope", "job:j-1", url=redis_url), "--scope")
+    assert_one_line_error(
+        run("memory", "add", "the key is sk-abcdefghijklmnopqrst", url=redis_url), "secrets"
+    )
+    assert_one_line_error(run("memory", "forget", url=redis_url), "ITEM_ID")
+    assert_one_line_error(run("memory", "list", "--scope", "nope", url=redis_url), "--scope")
+    assert_one_line_error(run("submit", "a goal", "--tenant", "x{y}", url=redis_url), "tenant")
+
+
+def test_submit_records_the_tenant_and_user_on_the_job(state: State, redis_url: str) -> None:
+    out = run("submit", "a goal", "--scenario", "noop", "--tenant", "acme", "--user", "bob",
+              "--json", url=redis_url)  # fmt: skip
+    job = state.jobs.get(json.loads(out.stdout)["job_id"])
+    assert (job.tenant, job.user) == ("acme", "bob")

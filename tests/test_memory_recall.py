@@ -1,0 +1,119 @@
+"""Keyword recall over a tenant's memory, on a real server, across workers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from shared_state import State, keys
+from shared_state.client import connect
+from shared_state.memory import Claim, MemoryContext, MemoryStore, Recall, Scope, SourceKind
+from shared_state.memory.recall import terms
+
+CTX = MemoryContext(tenant="acme", user="alice", job="j-1", task="t-1", actor="w1")
+
+
+def put(store: MemoryStore, text: str, *, scope: str = "app:", key: str = "", **kw) -> str:
+    source = kw.pop("source", SourceKind.USER)
+    claim = Claim(
+        scope=Scope.parse(scope), text=text, key=key, source_kind=source, source_ref="m1", **kw
+    )
+    return store.write(CTX, claim).id
+
+
+@pytest.fixture
+def store(state: State) -> MemoryStore:
+    return MemoryStore(state.client)
+
+
+def test_terms_keep_identifiers_whole_and_in_parts() -> None:
+    assert terms("Billing ACCT-7Q2X9 uses db.port ports") == [
+        "billing",
+        "acct-7q2x9",
+        "acct",
+        "7q2x9",
+        "use",
+        "db.port",
+        "db",
+        "port",
+        "port",
+    ]
+
+
+def test_the_best_match_comes_first_and_ties_break_by_id(store: MemoryStore) -> None:
+    deploy = put(store, "deploys go to the eu-west-1 region", key="deploy.region")
+    put(store, "the cache is redis", key="cache")
+    twins = sorted(put(store, f"tabs over spaces #{n}") for n in range(3))
+    recall = Recall(store)
+    hits = recall.search(CTX, "which region do deploys go to")
+    assert hits[0].item.id == deploy
+    assert [h.item.id for h in recall.search(CTX, "tabs spaces")] == twins
+
+
+def test_an_empty_query_recalls_nothing(store: MemoryStore) -> None:
+    put(store, "anything at all")
+    assert Recall(store).search(CTX, "") == []
+    assert Recall(store).search(CTX, "  the of  ") == []
+
+
+def test_what_another_worker_writes_is_recalled_at_the_next_search(
+    store: MemoryStore, redis_url: str
+) -> None:
+    recall = Recall(store)
+    put(store, "the staging database is pg-staging-3")
+    assert len(recall.search(CTX, "staging database")) == 1  # the index is now built
+    code = (
+        "import sys\n"
+        "from shared_state.client import connect\n"
+        "from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind\n"
+        "ctx = MemoryContext(tenant='acme', user='alice', job='j-1', task='t-2', actor='w2')\n"
+        "MemoryStore(connect(sys.argv[1])).write(ctx, Claim(scope=Scope.parse('app:'),\n"
+        "    text='the production database is pg-prod-7', source_kind=SourceKind.USER,\n"
+        "    source_ref='m2'))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, redis_url], check=True, timeout=60)
+    texts = [h.item.text for h in recall.search(CTX, "production database")]
+    assert texts[0] == "the production database is pg-prod-7"
+
+
+def test_a_forget_by_another_worker_is_never_served_from_the_cache(
+    store: MemoryStore, redis_url: str
+) -> None:
+    recall = Recall(store)
+    item = put(store, "the canary value is K9-LARK-22")
+    assert [h.item.id for h in recall.search(CTX, "canary value")] == [item]
+    MemoryStore(connect(redis_url)).forget(CTX, [item])
+    assert recall.search(CTX, "canary value") == []
+
+
+def test_superseded_contested_and_expired_versions_are_not_recalled(
+    store: MemoryStore, state: State
+) -> None:
+    recall = Recall(store)
+    old = put(store, "the api port is 8080", key="api.port")
+    new = put(store, "the api port is 8443", key="api.port")
+    put(store, "the api port is 9000", key="api.port", source=SourceKind.SYSTEM)  # contested
+    assert [h.item.id for h in recall.search(CTX, "api port")] == [new]
+    assert old != new
+    brief = put(store, "the freeze ends friday", valid_for_s=3600)
+    assert [h.item.id for h in recall.search(CTX, "freeze")] == [brief]
+    state.client.hset(keys.memory_item("acme", brief), "valid_until", 1)
+    assert recall.search(CTX, "freeze") == []
+
+
+def test_filters_by_scope_authority_and_the_contexts_visibility(store: MemoryStore) -> None:
+    app = put(store, "lint with ruff", scope="app:")
+    mine = put(store, "alice lints with ruff too", scope="user:alice:")
+    agent = put(store, "ruff found 3 issues", scope="job:j-1:", source=SourceKind.AGENT)
+    recall = Recall(store)
+    assert {h.item.id for h in recall.search(CTX, "ruff", k=10)} == {app, mine, agent}
+    only_app = recall.search(CTX, "ruff", scopes=[Scope.parse("app:")])
+    assert [h.item.id for h in only_app] == [app]
+    strong = recall.search(CTX, "ruff", min_authority=2, k=10)
+    assert {h.item.id for h in strong} == {app, mine}
+    bob = MemoryContext(tenant="acme", user="bob", job="j-2", task="t-9", actor="w")
+    assert [h.item.id for h in recall.search(bob, "ruff", k=10)] == [app]
+    other_tenant = MemoryContext(tenant="globex", user="alice", job="j-1", actor="w")
+    assert recall.search(other_tenant, "ruff", k=10) == []
