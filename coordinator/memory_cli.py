@@ -19,7 +19,6 @@ from shared_state.memory import (
     MemoryContext,
     MemoryItem,
     MemoryStore,
-    Recall,
     Scope,
     SourceKind,
 )
@@ -162,6 +161,8 @@ def search(
     as_json: JsonOpt = False,
 ) -> None:
     """Keyword recall (BM25) over current, unexpired items, best first."""
+    from shared_state.memory.recall import Recall  # numpy: only for the command that ranks
+
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
         ctx = _context(tenant, user)

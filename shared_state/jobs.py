@@ -10,6 +10,7 @@ from . import keys
 from .delivery import Delivery, Envelope
 from .errors import Code, ConnectionFailed, JobFinished, JobNotFound, SubmitUnconfirmed
 from .events import DEFAULT_JOB_MAXLEN, EventLog
+from .memory.store import MemoryStore
 from .models import Job, JobSpec, JobStatus, Role
 from .redact import redact
 from .scripts import Runner, server_ms, to_ms
@@ -43,6 +44,7 @@ class JobStore:
         self.delivery = delivery
         self.retention_s = retention_s
         self.job_maxlen = job_maxlen
+        self.memory = MemoryStore(self.client)  # a job's own memory items expire with it
 
     def submit(self, spec: JobSpec) -> Job:
         """Record the job and its root planner task, then deliver the task.
@@ -138,7 +140,8 @@ class JobStore:
         Then the oldest ``batch`` ids are checked for a record gone without
         an expiry recorded (a job finished before the expiring index existed,
         a record deleted by hand); one indexed less than ``SUBMIT_GRACE_MS``
-        ago may be a submission still writing and stays.
+        ago may be a submission still writing and stays. The ``job:`` and
+        ``temp:`` memory items of every dropped job go with it.
         """
         now = server_ms(self.client)
         pruned = 0
@@ -148,6 +151,7 @@ class JobStore:
             )
             if not due:
                 break
+            self.memory.expire_jobs([j.decode() for j in due])
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.JOBS, *due)
                 pipe.zrem(keys.EXPIRING_JOBS, *due)
@@ -163,6 +167,7 @@ class JobStore:
                 pipe.exists(keys.job(job_id.decode()))
             gone = [j for j, exists in zip(oldest, pipe.execute(), strict=True) if not exists]
             if gone:
+                self.memory.expire_jobs([j.decode() for j in gone])
                 pruned += self.client.zrem(keys.JOBS, *gone)
         return pruned
 

@@ -36,6 +36,7 @@ their own, so the tenant is in every key and one script sees one tenant only:
     rf:mem:{<tenant>}:user:<user>          set    ids of one user's items (any scope)
     rf:mem:{<tenant>}:chain:<scope>|<key>  list   the versions of one claim, oldest first
     rf:mem:{<tenant>}:derived:<id>         set    ids of the items derived from <id>
+    rf:mem:{<tenant>}:jobitems:<job>       set    ids of a job's job: and temp: items
     rf:mem:{<tenant>}:seen:<digest>        set    jobs that wrote one claim (for promotion)
     rf:mem:{<tenant>}:forgotten            set    shingle digests and ids of forgotten items
     rf:mem:{<tenant>}:changes              stream puts and forgets, for recall caches (capped)
@@ -151,6 +152,10 @@ def memory_chain(tenant: str, scope: str, key: str) -> str:
 
 def memory_derived(tenant: str, item_id: str) -> str:
     return f"{memory_prefix(tenant)}derived:{item_id}"
+
+
+def memory_job_items(tenant: str, job_id: str) -> str:
+    return f"{memory_prefix(tenant)}jobitems:{job_id}"
 
 
 def memory_forgotten(tenant: str) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from shared_state import State, keys
 from shared_state.client import connect
-from shared_state.memory import Claim, MemoryContext, MemoryStore, Recall, Scope, SourceKind
-from shared_state.memory.recall import terms
+from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
+from shared_state.memory.recall import Recall, terms
 
 CTX = MemoryContext(tenant="acme", user="alice", job="j-1", task="t-1", actor="w1")
 

@@ -24,10 +24,10 @@ from shared_state.memory import (
     Evidence,
     MemoryContext,
     MemoryStore,
-    Recall,
     Scope,
     SourceKind,
 )
+from shared_state.memory.recall import Recall
 
 APP = Scope.parse("app:")
 
@@ -272,7 +272,7 @@ def test_expiry_with_the_job_keeps_what_was_promoted(store: MemoryStore) -> None
     said = store.write(c, claim("ship on fridays never", source=SourceKind.USER))
     promoted = store.promote(c, said.id, Scope.parse("user:alice:"))
     scratch = store.write(c, claim("temp note", scope="temp:t-1:"))
-    assert store.expire_job("acme", "j-1", ["t-1"]) == 2
+    assert store.expire_jobs(["j-1"]) == 2
     with pytest.raises(MemoryNotFound):
         store.get(c, said.id)
     with pytest.raises(MemoryNotFound):
@@ -443,3 +443,19 @@ def test_two_writers_racing_on_one_chain_leave_exactly_one_current(state: State)
     assert len(history) == 8
     assert sum(h.status == "current" for h in history) == 1
     assert history[-1].status == "current"  # equal authority: the last write in the chain wins
+
+
+def test_pruning_an_expired_job_drops_its_job_and_temp_items(
+    store: MemoryStore, state: State
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", user="alice"))
+    c = ctx(job=job.job_id)
+    own = store.write(c, claim("job fact", scope=f"job:{job.job_id}:"))
+    scratch = store.write(c, claim("scratch", scope="temp:t-1:"))
+    kept = store.write(c, claim("app fact", scope="app:", source=SourceKind.USER))
+    state.client.zadd(keys.EXPIRING_JOBS, {job.job_id: 1})  # its records expired long ago
+    assert state.jobs.prune_index(batch=0) == 1
+    assert [i.id for i in store.items(c, operator=True)] == [kept.id]
+    for gone in (own, scratch):
+        with pytest.raises(MemoryNotFound):
+            store.get(c, gone.id, operator=True)

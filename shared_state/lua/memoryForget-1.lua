@@ -34,7 +34,8 @@ while head <= #queue do
   if not visited[id] then
     visited[id] = true
     local itemKey, derivedKey = p .. 'item:' .. id, p .. 'derived:' .. id
-    local m = redis.call('HMGET', itemKey, 'scope', 'key', 'user', 'shingles', 'status', 'derived_from')
+    local m = redis.call('HMGET', itemKey, 'scope', 'key', 'user', 'shingles', 'status', 'derived_from',
+      'job')
     if m[1] then
       if follow then
         for _, child in ipairs(redis.call('SMEMBERS', derivedKey)) do queue[#queue + 1] = child end
@@ -49,6 +50,7 @@ while head <= #queue do
       redis.call('ZREM', p .. 'items', id)
       redis.call('SREM', p .. 'scope:' .. m[1], id)
       if m[3] and m[3] ~= '' then redis.call('SREM', p .. 'user:' .. m[3], id) end
+      if m[7] and m[7] ~= '' then redis.call('SREM', p .. 'jobitems:' .. m[7], id) end
       local chainKey = p .. 'chain:' .. m[1] .. '|' .. m[2]
       redis.call('LREM', chainKey, 0, id)
       if m[5] == 'current' then settle[chainKey] = true end

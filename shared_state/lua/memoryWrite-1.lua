@@ -6,7 +6,7 @@
   the same id (a retry after a lost reply) finds the item and writes nothing.
 
   KEYS[1] the tenant's memory prefix   rf:mem:{tenant}:
-          (item, chain, derived, seen, scope and user keys are named from it)
+          (item, chain, derived, seen, scope, user and jobitems keys are named from it)
 
   ARGV[1] item id           ARGV[2] scope        ARGV[3] claim key
   ARGV[4] text              ARGV[5] kind         ARGV[6] user ('' none)
@@ -111,6 +111,10 @@ redis.call('HSET', itemKey, 'id', id, 'scope', scope, 'key', key, 'text', ARGV[4
   'derived_from', table.concat(parents, ' '))
 redis.call('ZADD', p .. 'items', now, id)
 redis.call('SADD', p .. 'scope:' .. scope, id)
+local kind_ = string.match(scope, '^(%a+):')
+if job ~= '' and (kind_ == 'job' or kind_ == 'temp') then
+  redis.call('SADD', p .. 'jobitems:' .. job, id)  -- what goes when the job's records do
+end
 if ARGV[6] ~= '' then redis.call('SADD', p .. 'user:' .. ARGV[6], id) end
 redis.call('RPUSH', chainKey, id)
 for _, parent in ipairs(parents) do redis.call('SADD', p .. 'derived:' .. parent, id) end

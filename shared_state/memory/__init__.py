@@ -4,7 +4,10 @@
              (MemoryContext: the tenant, user, job and task come from the job)
     store    MemoryStore: write, read, promote (the gate), forget (through all
              that was derived) and expire with the job
+    files    MemoryFiles: the /memories tree (AGENTS.md, notes, scratchpads)
     recall   Recall: BM25 keyword search over a tenant's items, offline
+             (imported from ``shared_state.memory.recall``: it loads numpy,
+             which a process that never recalls should not pay for)
 
 Errors are the state layer's (``shared_state.errors``): ``MemoryRefused`` and
 its children, ``MemoryNotFound``.
@@ -20,7 +23,6 @@ from .items import (
     ScopeKind,
     SourceKind,
 )
-from .recall import Hit, Recall
 from .store import Evidence, ForgetReport, MemoryStore, Removed
 
 __all__ = [
@@ -28,12 +30,10 @@ __all__ = [
     "Claim",
     "Evidence",
     "ForgetReport",
-    "Hit",
     "MemoryContext",
     "MemoryItem",
     "MemoryStore",
     "Provenance",
-    "Recall",
     "Removed",
     "Scope",
     "ScopeKind",

@@ -357,25 +357,29 @@ class MemoryStore:
         report.redacted = self._redact_records(tenant, _needles(texts))
         return report
 
-    def expire_job(self, tenant: str, job_id: str, task_ids: Sequence[str] = ()) -> int:
-        """Remove a finished job's ``job:`` (and its tasks' ``temp:``) items; returns how many.
+    def expire_jobs(self, job_ids: Sequence[str]) -> int:
+        """Remove the ``job:`` and ``temp:`` items of jobs whose records expired; how many.
 
-        What was promoted from them stays: expiry is not a forget.
+        Called when the job index drops them (``JobStore.prune_index``). What
+        was promoted from them stays: expiry is not a forget, so it neither
+        follows derived items nor fences the text.
         """
-        scopes = [Scope(kind=ScopeKind.JOB, id=job_id)]
-        scopes += [Scope(kind=ScopeKind.TEMP, id=t) for t in task_ids]
-        ids = []
-        for scope in scopes:
-            ids += self._members(keys.memory_scope(tenant, str(scope)))
-        if not ids:
+        if not job_ids:
             return 0
-        res = run_plain(
-            self.client,
-            "memoryForget",
-            [keys.memory_prefix(tenant)],
-            [self.changes_maxlen, 0, *sorted(ids)],
-        )
-        return len(res.data["removed"].split())
+        tenants = sorted(t.decode() for t in self.client.smembers(keys.MEMORY_TENANTS))
+        removed = 0
+        for tenant in tenants:
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.smembers(keys.memory_job_items(tenant, job_id))
+            ids = sorted({i.decode() for members in pipe.execute() for i in members})
+            if ids:
+                prefix = keys.memory_prefix(tenant)
+                args = [self.changes_maxlen, 0, *ids]
+                res = run_plain(self.client, "memoryForget", [prefix], args)
+                removed += len(res.data["removed"].split())
+            self.client.delete(*(keys.memory_job_items(tenant, j) for j in job_ids))
+        return removed
 
     def _members(self, key: str) -> list[str]:
         return sorted(i.decode() for i in self.client.smembers(key))
