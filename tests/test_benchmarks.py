@@ -73,3 +73,18 @@ def test_soak_refuses_an_unknown_fault_as_a_usage_error() -> None:
     )
     assert proc.returncode == 2
     assert "unknown fault" in proc.stderr
+
+
+def test_memory_eval_quick_run_holds_its_checks() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "memory_eval.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["canary"]["canary_before"] > 0 and doc["canary"]["canary_left"] == 0
+    assert doc["tenants"]["probes"] > 0 and doc["tenants"]["cross_tenant"] == 0
+    assert doc["stale"]["stale_recalled"] == 0
+    assert doc["stale"]["current_found"] == doc["stale"]["topics"]

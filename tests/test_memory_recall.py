@@ -88,7 +88,7 @@ def test_a_forget_by_another_worker_is_never_served_from_the_cache(
     assert recall.search(CTX, "canary value") == []
 
 
-def test_superseded_contested_and_expired_versions_are_not_recalled(
+def test_superseded_contested_expired_and_stale_items_are_not_recalled(
     store: MemoryStore, state: State
 ) -> None:
     recall = Recall(store)
@@ -101,6 +101,11 @@ def test_superseded_contested_and_expired_versions_are_not_recalled(
     assert [h.item.id for h in recall.search(CTX, "freeze")] == [brief]
     state.client.hset(keys.memory_item("acme", brief), "valid_until", 1)
     assert recall.search(CTX, "freeze") == []
+    check = put(store, "the quota is 40 requests", reverify_after_s=3600)
+    assert [h.item.id for h in recall.search(CTX, "quota")] == [check]
+    state.client.hset(keys.memory_item("acme", check), "reverify_after", 1)
+    assert recall.search(CTX, "quota") == []  # stale: listed for re-verification instead
+    assert [i.id for i in store.stale(CTX)] == [check]
 
 
 def test_filters_by_scope_authority_and_the_contexts_visibility(store: MemoryStore) -> None:
@@ -117,3 +122,19 @@ def test_filters_by_scope_authority_and_the_contexts_visibility(store: MemorySto
     assert [h.item.id for h in recall.search(bob, "ruff", k=10)] == [app]
     other_tenant = MemoryContext(tenant="globex", user="alice", job="j-1", actor="w")
     assert recall.search(other_tenant, "ruff", k=10) == []
+
+
+def test_a_sharded_index_finds_every_item_and_takes_in_writes(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared_state.memory import recall as recall_module
+
+    monkeypatch.setattr(recall_module, "SHARD_DOCS", 4)
+    ids = [put(store, f"shared words token{n}") for n in range(20)]
+    recall = Recall(store)
+    for n, item_id in enumerate(ids):
+        assert [h.item.id for h in recall.search(CTX, f"token{n}")] == [item_id]
+    assert len(recall._tenants["acme"].shards) == 8
+    late = put(store, "token-late arrives after the index was built")
+    assert [h.item.id for h in recall.search(CTX, "token-late")] == [late]
+    assert len(recall.search(CTX, "shared words", k=50)) == 20

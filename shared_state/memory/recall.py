@@ -8,16 +8,21 @@ ranking — so an item written by any worker is recallable by every other at
 its next step. Hits are then read back from Redis and checked again, so an
 item forgotten or superseded a moment ago is never served from the cache.
 
-Ranking is bm25s's; filters (the context's scopes, current versions only,
-unexpired by Redis time, a minimum authority, kinds) are a mask over its
-scores; ties are broken by item id, so the same query over the same items
-returns the same order everywhere. ``Ranker`` is the seam where an embedder
-would go.
+Ranking is bm25s's, per shard of about ``SHARD_DOCS`` items (by a hash of
+the id), so that a write re-indexes one shard: like a search engine's
+shards, each scores with its own term statistics. Filters are a mask over
+the scores: the context's scopes, current versions only, unexpired and not
+due for re-verification by Redis time (a stale item is listed by
+``MemoryStore.stale``, not recalled), a minimum authority, kinds. Ties are
+broken by item id, so the same query over the same items returns the same
+order everywhere. ``Ranker`` is the seam where an embedder would go.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -98,9 +103,19 @@ class _Doc:
     scope: Scope
     status: str
     valid_until: int
+    reverify_after: int
     authority: int
     kind: str
     user: str
+
+
+SHARD_DOCS = 1024  # a write re-indexes one shard of about this many items, not the tenant
+
+
+@dataclass
+class _Shard:
+    ranker: Ranker = field(default_factory=BM25Ranker)
+    positions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -108,8 +123,42 @@ class _TenantIndex:
     last_change: str = ""
     docs: dict[str, _Doc] = field(default_factory=dict)
     ids: list[str] = field(default_factory=list)
-    ranker: Ranker = field(default_factory=BM25Ranker)
+    shards: list[_Shard] = field(default_factory=list)
     built: bool = False
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        out = np.zeros(len(self.ids), dtype=np.float64)
+        for shard in self.shards:
+            if len(shard.positions):
+                out[shard.positions] = shard.ranker.scores(query)
+        return np.round(out, 6)
+
+    def rebuild(self, changed: set[str]) -> None:
+        """Re-index the shards holding ``changed`` (all of them when the shard count moves)."""
+        self.ids = sorted(self.docs)
+        count = _shard_count(len(self.ids))
+        dirty = (
+            set(range(count))
+            if count != len(self.shards)
+            else {_shard_of(i, count) for i in changed}
+        )
+        if count != len(self.shards):
+            self.shards = [_Shard() for _ in range(count)]
+        members: list[list[int]] = [[] for _ in range(count)]
+        for position, item_id in enumerate(self.ids):
+            members[_shard_of(item_id, count)].append(position)
+        for n, shard in enumerate(self.shards):
+            shard.positions = np.asarray(members[n], dtype=np.int64)
+            if n in dirty:
+                shard.ranker.build([self.docs[self.ids[p]].terms for p in members[n]])
+
+
+def _shard_count(n_docs: int) -> int:
+    return 1 if n_docs <= SHARD_DOCS else 1 << math.ceil(math.log2(n_docs / SHARD_DOCS))
+
+
+def _shard_of(item_id: str, count: int) -> int:
+    return zlib.crc32(item_id.encode()) % count
 
 
 class Recall:
@@ -131,7 +180,7 @@ class Recall:
         kinds: Sequence[str] = (),
         operator: bool = False,
     ) -> list[Hit]:
-        """The ``k`` best current, unexpired items visible to ``ctx`` for ``query``."""
+        """The ``k`` best current, unexpired, not stale items visible to ``ctx`` for ``query``."""
         wanted = terms(query)
         if not wanted or k <= 0:
             return []
@@ -144,6 +193,7 @@ class Recall:
             (
                 doc.status == "current"
                 and not (doc.valid_until and now >= doc.valid_until)
+                and not (doc.reverify_after and now >= doc.reverify_after)
                 and doc.authority >= min_authority
                 and (not allowed or str(doc.scope) in allowed)
                 and (not kinds or doc.kind in kinds)
@@ -153,7 +203,7 @@ class Recall:
             dtype=bool,
             count=len(index.ids),
         )
-        scores = np.round(index.ranker.scores(wanted).astype(np.float64), 6)
+        scores = index.scores(wanted)
         candidates = np.nonzero(mask & (scores > 0))[0]
         # Best score first, then item id (index.ids is sorted): the same order everywhere.
         ranked = candidates[np.lexsort((candidates, -scores[candidates]))]
@@ -178,6 +228,7 @@ class Recall:
             for item in self.store.read_many(ctx.tenant, ids)
             if item.status == "current"
             and not item.expired(now)
+            and not item.stale(now)
             and ctx.sees(item.scope, operator=operator)
         }
 
@@ -207,6 +258,7 @@ class Recall:
                 "scope",
                 "status",
                 "valid_until",
+                "reverify_after",
                 "authority",
                 "kind",
                 "user",
@@ -215,18 +267,20 @@ class Recall:
             if row[0] is None:
                 index.docs.pop(item_id, None)
                 continue
-            text, key, scope, status, valid_until, authority, kind, user = (v.decode() for v in row)
+            text, key, scope, status, valid_until, reverify_after, authority, kind, user = (
+                v.decode() for v in row
+            )
             index.docs[item_id] = _Doc(
                 terms=terms(f"{key} {text}"),
                 scope=Scope.parse(scope),
                 status=status,
                 valid_until=int(valid_until or 0),
+                reverify_after=int(reverify_after or 0),
                 authority=int(authority),
                 kind=kind,
                 user=user,
             )
-        index.ids = sorted(index.docs)
-        index.ranker.build([index.docs[i].terms for i in index.ids])
+        index.rebuild(changed)
         index.last_change, index.built = last_id, True
         return index
 
