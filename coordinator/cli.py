@@ -556,6 +556,37 @@ def cancel(
 
 
 @app.command()
+def retry(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="A failed job.")],
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Show its progress until it ends, as `submit --wait` does."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a failed job again from where it stopped, with the same job id.
+
+    Its dead tasks (and those cancelled when it failed) get fresh attempts;
+    tasks that succeeded are not run again, and a planner waiting on its
+    coders goes on once they complete. Fix the cause first (a provider that
+    was unreachable, a budget too small): a retry runs the same tasks.
+    """
+    _check_job_id(job_id)
+    settings = Settings()
+    with open_state(settings) as state:
+        requeued = state.jobs.retry(job_id)
+        if as_json and not wait:
+            views.print_json({"job_id": job_id, "requeued": requeued})
+            return
+        if not as_json:
+            views.write_line(
+                f"{job_id}: {views.count(len(requeued), 'task')} given a fresh attempt"
+            )
+        if wait:
+            _wait_for(Client(state, settings=settings), job_id, None, as_json)
+
+
+@app.command()
 def artifacts(
     job_id: Annotated[
         str, typer.Argument(metavar="JOB_ID", help="The job whose artifacts to list.")

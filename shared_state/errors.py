@@ -9,6 +9,7 @@
     ├── Fenced                 a write carried a stale fencing token (or its lease ran out)
     ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
+    ├── NotRetryable           only a failed job can be retried
     ├── BudgetExceeded         a model call would overrun the job's token budget
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
@@ -85,6 +86,15 @@ class JobFinished(StateError):
     def __init__(self, job_id: str, status: str) -> None:
         done = {"succeeded": "succeeded", "failed": "failed", "cancelled": "been cancelled"}
         super().__init__(f"job {job_id} has already {done.get(status, 'finished')}")
+        self.job_id = job_id
+        self.status = status
+
+
+class NotRetryable(StateError):
+    """A retry asked of a job that has not failed (running, succeeded or cancelled)."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}: only a failed job can be retried")
         self.job_id = job_id
         self.status = status
 

@@ -8,7 +8,14 @@ import redis
 
 from . import keys
 from .delivery import Delivery, Envelope
-from .errors import Code, ConnectionFailed, JobFinished, JobNotFound, SubmitUnconfirmed
+from .errors import (
+    Code,
+    ConnectionFailed,
+    JobFinished,
+    JobNotFound,
+    NotRetryable,
+    SubmitUnconfirmed,
+)
 from .events import DEFAULT_JOB_MAXLEN, EventLog
 from .memory.store import MemoryStore
 from .models import Job, JobSpec, JobStatus, Role
@@ -183,6 +190,52 @@ class JobStore:
         if res.code == Code.JOB_FINISHED:
             raise JobFinished(job_id, res.data["job_status"])
         self.finalize(job_id)
+
+    def retry(self, job_id: str) -> list[str]:
+        """Give a failed job's dead and cancelled tasks fresh attempts; the ids requeued.
+
+        The job runs again with the same id: succeeded tasks are not run
+        again, and a parent waiting on its children goes on once they
+        complete. The job is retired first (what the reaper does for a
+        finished job), so a later reaper pass has nothing of it to retire.
+        """
+        self.finalize(job_id)
+        task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
+        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
+        fixed += [keys.queued(job_id), keys.tasks(job_id)]
+        others = [k for k in keys.job_keys(job_id) if k not in fixed]
+        res = self.runner.run(
+            "retryJob",
+            job_id,
+            [*fixed, *others, *(keys.task(job_id, t) for t in task_ids)],
+            [len(others)],
+        )
+        if res.code == Code.NOT_FOUND:
+            raise JobNotFound(job_id)
+        if res.code == Code.JOB_FINISHED:
+            raise NotRetryable(job_id, res.data["job_status"])
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.ACTIVE_JOBS, job_id)
+            pipe.zrem(keys.EXPIRING_JOBS, job_id)
+            pipe.execute()
+        requeued = res.data["requeued"].split()
+        roles = dict(
+            zip(
+                task_ids,
+                (r.decode() for r in self._roles(job_id, task_ids)),
+                strict=True,
+            )
+        )
+        deliver = [*requeued, *res.data["queued"].split()]
+        self.delivery.send(Envelope(job_id, t, Role(roles[t])) for t in deliver)
+        self.events.flush()
+        return requeued
+
+    def _roles(self, job_id: str, task_ids: list[str]) -> list[bytes]:
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(keys.task(job_id, task_id), "role")
+        return pipe.execute()
 
     def retire(self, job_id: str) -> None:
         """Drop a job that succeeded from the active set; its keys start to expire.

@@ -46,7 +46,8 @@ class Scenario(StrEnum):
     The others are scripted task behaviours for exercising the core, with no
     model at all. noop: every task finishes at once. slow: every task takes
     ~3 s in 0.5 s steps, renewing its lease. crash: fault injection for fleet
-    tests — the first coder task kills its own worker process on every attempt.
+    tests — the first coder task kills its own worker process on every attempt
+    until the job is retried (``redfleet retry``: the poison is gone then).
     """
 
     AGENTS = "agents"
@@ -97,6 +98,7 @@ class Job(_Record):
     finished_ms: int = 0
     tenant: str = "default"  # jobs recorded before tenants belong to the default one
     user: str = "default"
+    retries: int = 0  # `redfleet retry` rounds
 
 
 class Task(_Record):
@@ -113,6 +115,7 @@ class Task(_Record):
     owner: str = ""
     lease_until: int = 0
     renewals: int = 0  # leases renewed, over all attempts (renewLease counts them)
+    retries: int = 0  # fresh attempts given by `redfleet retry`
     pending: int = 0
     stage: str = ""
     error: str = ""

@@ -8,7 +8,9 @@ last child, or reclaimed after a crash, continues where it was.
     noop   every task finishes at once
     slow   every task takes ~3 s in 0.5 s steps, its lease renewed meanwhile
     crash  fault injection: the first coder kills its own worker process with
-           SIGKILL on every attempt, so the task dies after max attempts
+           SIGKILL on every attempt, so the task dies after max attempts and
+           the job fails; once the job is retried (``redfleet retry``) the
+           poison is gone and the task succeeds
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _plan(task: TaskRun) -> None:
 
 
 def _work(task: TaskRun) -> None:
-    if task.job.scenario is Scenario.CRASH and task.task.brief.startswith("coder 1/"):
+    poisoned = task.task.brief.startswith("coder 1/") and not task.task.retries
+    if task.job.scenario is Scenario.CRASH and poisoned:
         os.kill(os.getpid(), signal.SIGKILL)
     task.complete(f"{task.task.role.value} done")

@@ -1,0 +1,62 @@
+--[[
+  retryJob: give a failed job's dead and cancelled tasks fresh attempts and
+  set the job running again, with the same id.
+
+  Tasks that succeeded stay succeeded (nothing runs twice); a parent waiting
+  on its children keeps its pending counter, so fan-in goes on where it
+  stopped. The job's keys and its tasks stop expiring.
+
+  KEYS[1] job hash         rf:{job}:job
+  KEYS[2] job event stream rf:{job}:events
+  KEYS[3] lease index      rf:{job}:leases
+  KEYS[4] queued index     rf:{job}:queued
+  KEYS[5] task set         rf:{job}:tasks
+  KEYS[6 .. 5+n]           the job's other keys (budget, usage, artifacts index, journal,
+                           checkpoints, workspace), to stop expiring
+  KEYS[6+n ..]             the job's task hashes
+
+  ARGV[1] n, the number of other job keys
+
+  Returns {code, data, events}
+     1  data = requeued (task ids, space separated), queued (those still queued: the
+        caller delivers both)
+    -1  no such job
+    -4  the job has not failed; data = job_status
+    error  a key in KEYS belongs to another job
+
+  Events: job.retried, then task.queued for each task given a fresh attempt.
+]]
+--- @include "common"
+
+local wrong = sameJob()
+if wrong then return wrong end
+local jobKey, stream, leasesKey, queuedKey, tasksKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local job = readJob(jobKey)
+if not job.status then return reply(-1) end
+if job.status ~= 'failed' then return reply(-4, {job_status = job.status}) end
+
+local n = tonumber(ARGV[1])
+local now = nowMs()
+for i = 1, 5 + n do redis.call('PERSIST', KEYS[i]) end
+local requeued, queued, events = {}, {}, {}
+for i = 6 + n, #KEYS do
+  local taskKey = KEYS[i]
+  redis.call('PERSIST', taskKey)
+  local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'status', 'error', 'retries')
+  if t[3] == 'dead' or t[3] == 'cancelled' then
+    redis.call('HSET', taskKey, 'status', 'queued', 'attempt', 1, 'owner', '', 'lease_until', 0,
+      'queued_ms', now, 'finished_ms', 0, 'last_error', t[4] or '',
+      'retries', (tonumber(t[5]) or 0) + 1)
+    redis.call('ZADD', queuedKey, now, t[1])
+    requeued[#requeued + 1] = t[1]
+    events[#events + 1] = {'event', 'task.queued', 'task_id', t[1], 'role', t[2], 'retry', 1}
+  elseif t[3] == 'queued' then
+    queued[#queued + 1] = t[1]
+  end
+end
+local round = redis.call('HINCRBY', jobKey, 'retries', 1)
+redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0)
+emit(stream, job.maxlen, {'event', 'job.retried', 'job_id', redis.call('HGET', jobKey, 'job_id'),
+  'tasks', #requeued, 'retry', round})
+for _, fields in ipairs(events) do emit(stream, job.maxlen, fields) end
+return reply(1, {requeued = table.concat(requeued, ' '), queued = table.concat(queued, ' ')})
