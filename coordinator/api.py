@@ -123,11 +123,14 @@ class Client:
         token_budget: int = 0,
         tenant: str = "default",
         user: str = "default",
+        idempotency_key: str = "",
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
         ``max_attempts`` defaults to REDFLEET_MAX_ATTEMPTS (else 3); the other
-        arguments are those of `redfleet submit`.
+        arguments are those of `redfleet submit`. With ``idempotency_key``, a
+        submit repeated with the same key (and tenant) returns the first job's
+        id instead of creating another: safe to retry after a lost reply.
         """
         spec = JobSpec(
             goal=goal,
@@ -137,6 +140,7 @@ class Client:
             token_budget=token_budget,
             tenant=tenant,
             user=user,
+            idempotency_key=idempotency_key,
         )
         return self.state.jobs.submit(spec).job_id
 

@@ -40,6 +40,7 @@ from . import logs, views
 from .api import RENEWED, Client, Progress, WaitTimeout
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
+from .export import VERDICTS_DIR, export_job
 from .fleet import Fleet, FleetSpec
 from .memory_cli import memory_app
 from .reaper import Reaper
@@ -317,6 +318,14 @@ def submit(
     user: Annotated[
         str, typer.Option(help="The user the job runs for: its user: memory scope.")
     ] = "default",
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            metavar="KEY",
+            help="Submit at most once per KEY (and tenant): a repeat prints the first job's id.",
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -362,6 +371,7 @@ def submit(
             token_budget=token_budget,
             tenant=tenant,
             user=user,
+            idempotency_key=idempotency_key or "",
         )
         if not wait:
             if as_json:
@@ -584,6 +594,38 @@ def retry(
             )
         if wait:
             _wait_for(Client(state, settings=settings), job_id, None, as_json)
+
+
+@app.command("export")
+def export_cmd(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The job whose files to write.")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Where to write them (created if missing).")
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that exist.")] = False,
+    verdicts: Annotated[
+        bool,
+        typer.Option("--verdicts", help=f"Also write the reviewer's verdicts to {VERDICTS_DIR}/."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a job's workspace files (what its coders wrote) to DIR.
+
+    Paths came from a model: each is checked to land inside DIR (no `..`, no
+    absolute path, no way out through a symlink) before anything is written,
+    and no file is overwritten without --force.
+    """
+    _check_job_id(job_id)
+    with open_state(Settings()) as state:
+        done = export_job(state, job_id, directory, force=force, verdicts=verdicts)
+    if as_json:
+        views.print_json({"job_id": job_id, "dir": str(directory), "files": done.files})
+        return
+    for rel in done.files:
+        views.write_line(one_line(f"wrote {directory / rel}"))
+    views.write_line(
+        f"{views.count(len(done.files), 'file')} written to {one_line(str(directory))}"
+    )
 
 
 @app.command()

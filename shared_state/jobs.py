@@ -63,8 +63,21 @@ class JobStore:
         then the envelope: a crash after the indexes leaves an id the reaper
         drops once it is old enough; a crash before the envelope leaves a
         queued task that the reaper redelivers.
+
+        With ``spec.idempotency_key`` the key is bound to the id first (SET NX,
+        kept for the retention): a later submit with the same key and tenant
+        returns that job (``existed``), or finishes writing it if the first
+        submit never did.
         """
         job_id = f"j-{secrets.token_hex(6)}"
+        once = keys.submit_key(spec.tenant, spec.idempotency_key) if spec.idempotency_key else ""
+        if once:
+            prior = self.client.set(once, job_id, nx=True, get=True, ex=self.retention_s)
+            if prior is not None:
+                try:
+                    return self.get(prior.decode()).model_copy(update={"existed": True})
+                except JobNotFound:
+                    job_id = prior.decode()  # that submit never got as far: finish it
         root = new_task_id(Role.PLANNER)
         job = Job(
             job_id=job_id,
@@ -110,6 +123,8 @@ class JobStore:
                 ],
             )
             if res.code == Code.NOT_CLAIMABLE:
+                if once and self.client.get(once) == job_id.encode():
+                    self.client.delete(once)  # the next submit with the key starts afresh
                 raise SubmitUnconfirmed(
                     job_id, f"Redis answered after {res.data['late_ms']} ms; nothing was created"
                 )

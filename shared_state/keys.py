@@ -24,6 +24,7 @@ are never touched by the same script as a job's keys.
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
     rf:jobs:expiring             zset   finished job id -> when its keys expire (ms)
     rf:events                    stream every job's events (capped)
+    rf:submit:<digest>           string a tenant's idempotency key -> its job id (expires)
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
 
@@ -53,6 +54,8 @@ RQ keeps its own ``rq:`` keys for the delivery queues (see ``delivery``).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 PREFIX = "rf"
 
@@ -176,6 +179,12 @@ def memory_file_versions(tenant: str, scope: str, path: str) -> str:
 
 def memory_files(tenant: str, scope: str) -> str:
     return f"{memory_prefix(tenant)}files:{scope}"
+
+
+def submit_key(tenant: str, idempotency_key: str) -> str:
+    """Hashed: the client's string may have any shape; one tenant's never meets another's."""
+    digest = hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:32]
+    return f"{PREFIX}:submit:{digest}"
 
 
 def worker(worker_id: str) -> str:

@@ -70,11 +70,23 @@ class JobSpec(_Record):
     token_budget: int = Field(default=0, ge=0, description="tokens all calls may use; 0: none")
     tenant: str = Field(default="default", description="whose memory the job reads and writes")
     user: str = Field(default="default", description="the user the job runs for")
+    idempotency_key: str = Field(
+        default="",
+        max_length=200,
+        description="a submit with a key seen before returns that job instead of a new one",
+    )
 
     @field_validator("tenant", "user")
     @classmethod
     def _names(cls, value: str, info: ValidationInfo) -> str:
         return check_name(value, info.field_name or "name")
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _key_printable(cls, key: str) -> str:
+        if any(not "!" <= c <= "~" for c in key):
+            raise ValueError("printable ASCII without spaces, at most 200 characters")
+        return key
 
     @field_validator("goal")
     @classmethod
@@ -99,6 +111,8 @@ class Job(_Record):
     tenant: str = "default"  # jobs recorded before tenants belong to the default one
     user: str = "default"
     retries: int = 0  # `redfleet retry` rounds
+    # Not stored: set on the Job a submit returns when its idempotency key named this job.
+    existed: bool = Field(default=False, exclude=True)
 
 
 class Task(_Record):

@@ -1,0 +1,74 @@
+"""``redfleet export``: a job's workspace files (and its verdicts) written to a folder.
+
+The workspace maps paths the coders chose to artifact ids; those paths came
+from a model, so each is checked before anything is written: relative, no
+``..``, ``.`` or empty segments, no backslash, NUL or control characters, and
+its real location (symlinks resolved) inside the folder. Nothing is
+overwritten without ``force``; every check passes before the first write.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared_state import State
+
+from .errors import CoordinatorError
+
+VERDICTS_DIR = ".redfleet/verdicts"
+
+
+@dataclass
+class Exported:
+    root: Path
+    files: list[str] = field(default_factory=list)  # relative to root, in the order written
+
+
+def safe_target(root: Path, relative: str) -> Path:
+    """Where ``relative`` lands under ``root``; CoordinatorError if it would land elsewhere."""
+    if (
+        not relative
+        or relative.startswith(("/", "~"))
+        or "\\" in relative
+        or any(ord(c) < 32 or ord(c) == 127 for c in relative)
+    ):
+        raise CoordinatorError(f"workspace path {relative!r}: not a plain relative path")
+    parts = relative.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise CoordinatorError(f"workspace path {relative!r}: empty, '.' or '..' segment")
+    real_root = root.resolve()
+    target = (real_root / relative).resolve()  # follows any symlink already in the folder
+    if not target.is_relative_to(real_root) or target == real_root:
+        raise CoordinatorError(f"workspace path {relative!r}: lands outside {root}")
+    return target
+
+
+def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: bool) -> Exported:
+    state.jobs.get(job_id)  # JobNotFound before anything is touched
+    store = state.artifacts(job_id)
+    planned: dict[str, str] = {}  # relative path -> content
+    for path, artifact_id in sorted(state.records(job_id).files().items()):
+        planned[path] = store.text(artifact_id)
+    if verdicts:
+        for ref in store.list():
+            if ref.kind == "verdict":
+                planned[f"{VERDICTS_DIR}/{ref.id}.json"] = store.text(ref.id)
+    if not planned:
+        raise CoordinatorError(f"job {job_id} has no workspace files to export")
+    targets = {rel: safe_target(dest, rel) for rel in planned}
+    existing = [rel for rel, target in targets.items() if target.exists()]
+    if existing and not force:
+        shown = ", ".join(existing[:3]) + (" …" if len(existing) > 3 else "")
+        raise CoordinatorError(
+            f"{dest}: {len(existing)} file(s) exist already ({shown}); --force overwrites them"
+        )
+    out = Exported(dest)
+    for rel, target in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.redfleet-tmp")
+        tmp.write_text(planned[rel], encoding="utf-8")
+        os.replace(tmp, target)  # a reader never sees half a file
+        out.files.append(rel)
+    return out
