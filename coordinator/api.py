@@ -32,10 +32,11 @@ Errors are ``shared_state.StateError`` (``JobNotFound``, ``ConnectionFailed``,
 
 from __future__ import annotations
 
+import getpass
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
@@ -48,6 +49,14 @@ from .settings import Settings
 RENEWED = "task.renewed"
 _SETTLED = (TaskStatus.SUCCEEDED, TaskStatus.DEAD, TaskStatus.CANCELLED)
 _POLL_MS = 500  # how long one read waits for events before the job is looked at again
+
+
+def operator() -> str:
+    """Who acts from this machine, for the records: ``cli:<login name>``."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry (a bare container)
+        return "cli:unknown"
 
 
 class WaitTimeout(CoordinatorError):
@@ -74,15 +83,19 @@ class Progress:
     running: dict[str, int]  # claimed tasks by role
     tokens: int  # input + output tokens of every model call so far
     cost_usd: float
+    blocked: dict[str, str] = field(default_factory=dict)  # task id -> its question
 
     def line(self) -> str:
         """One line for people (``one_line`` it before printing: the stage is a worker's)."""
         running = ", ".join(f"{role} {n}" for role, n in self.running.items()) or "none"
-        return (
+        line = (
             f"job {self.job_id} {self.status}: {self.done}/{self.total} tasks done, "
             f"stage {self.stage}, running {running}, {self.tokens} tokens, "
             f"${self.cost_usd:.4f}"
         )
+        for task_id, question in self.blocked.items():
+            line += f"; {task_id} asks: {question} (redfleet approve {self.job_id} {task_id})"
+        return line
 
 
 class Client:
@@ -213,6 +226,7 @@ class Client:
             running=dict(sorted(running.items())),
             tokens=usage.input_tokens + usage.output_tokens,
             cost_usd=usage.cost_usd,
+            blocked={t.task_id: t.question for t in tasks if t.status is TaskStatus.BLOCKED},
         )
 
     def artifacts(self, job_id: str) -> list[ArtifactRef]:

@@ -37,7 +37,7 @@ from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, views
-from .api import RENEWED, Client, Progress, WaitTimeout
+from .api import RENEWED, Client, Progress, WaitTimeout, operator
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR, export_job
@@ -594,6 +594,53 @@ def retry(
             )
         if wait:
             _wait_for(Client(state, settings=settings), job_id, None, as_json)
+
+
+NoteOpt = Annotated[
+    str | None, typer.Option("--note", metavar="TEXT", help="Reaches the task as a user turn.")
+]
+
+
+@app.command()
+def approve(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
+    task_id: Annotated[str, typer.Argument(metavar="TASK_ID", help="The blocked task.")],
+    note: NoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Let a blocked task go on (see its question in `redfleet status JOB_ID`).
+
+    The approval is for the call the task asked about; if the task then makes
+    a different call, it asks again.
+    """
+    _check_job_id(job_id)
+    with open_state(Settings()) as state:
+        state.tasks.decide(job_id, task_id, approve=True, note=note or "", by=operator())
+    if as_json:
+        views.print_json({"job_id": job_id, "task_id": task_id, "decision": "approved"})
+    else:
+        views.write_line(f"{task_id} approved; it resumes on the next free worker")
+
+
+@app.command()
+def reject(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
+    task_id: Annotated[str, typer.Argument(metavar="TASK_ID", help="The blocked task.")],
+    note: Annotated[
+        str, typer.Option("--note", metavar="TEXT", help="Why (recorded as the task's error).")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """End a blocked task: it is dead with your note, and its job fails (`retry` runs it again)."""
+    _check_job_id(job_id)
+    if not note.strip():
+        raise CoordinatorError("--note: say why the task is rejected")
+    with open_state(Settings()) as state:
+        state.tasks.decide(job_id, task_id, approve=False, note=note, by=operator())
+    if as_json:
+        views.print_json({"job_id": job_id, "task_id": task_id, "decision": "rejected"})
+    else:
+        views.write_line(f"{task_id} rejected; job {job_id} failed")
 
 
 @app.command("export")

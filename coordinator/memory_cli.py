@@ -9,7 +9,6 @@ terminal-safe (it came from users and models); ``--json`` keeps it exact.
 
 from __future__ import annotations
 
-import getpass
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +24,7 @@ from shared_state.memory import (
 from shared_state.memory.items import ItemKind
 
 from . import views
+from .api import operator
 from .connection import open_state
 from .errors import CoordinatorError
 from .settings import Settings
@@ -49,14 +49,7 @@ COLUMNS = ["id", "scope", "key", "status", "source", "authority", "age", "text"]
 
 
 def _context(tenant: str, user: str = "") -> MemoryContext:
-    return MemoryContext(tenant=tenant, user=user, actor=f"cli:{_os_user()}")
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (a bare container)
-        return "unknown"
+    return MemoryContext(tenant=tenant, user=user, actor=operator())
 
 
 def _scope(text: str, option: str = "--scope") -> Scope:

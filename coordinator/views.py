@@ -69,6 +69,7 @@ def task_doc(task: Task) -> dict[str, Any]:
         "parent_id": task.parent_id or None,
         "stage": task.stage or None,
         "error": task.error or None,
+        "question": task.question or None,  # blocked: what the person is asked
     }
 
 

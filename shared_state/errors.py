@@ -10,6 +10,7 @@
     ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
     ├── NotRetryable           only a failed job can be retried
+    ├── NotBlocked             only a blocked task can be approved or rejected
     ├── BudgetExceeded         a model call would overrun the job's token budget
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
@@ -96,6 +97,15 @@ class NotRetryable(StateError):
     def __init__(self, job_id: str, status: str) -> None:
         super().__init__(f"job {job_id} is {status}: only a failed job can be retried")
         self.job_id = job_id
+        self.status = status
+
+
+class NotBlocked(StateError):
+    """An approval or rejection for a task that is not waiting for one."""
+
+    def __init__(self, task_id: str, status: str) -> None:
+        super().__init__(f"task {task_id} is {status}, not blocked: there is nothing to decide")
+        self.task_id = task_id
         self.status = status
 
 

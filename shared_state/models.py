@@ -21,6 +21,7 @@ class TaskStatus(StrEnum):
     QUEUED = "queued"
     CLAIMED = "claimed"
     WAITING = "waiting"
+    BLOCKED = "blocked"  # waiting for a person: `redfleet approve` or `reject`
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
@@ -29,6 +30,7 @@ class TaskStatus(StrEnum):
 class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    BLOCKED = "blocked"  # a task waits for a person; the others go on
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -130,6 +132,10 @@ class Task(_Record):
     lease_until: int = 0
     renewals: int = 0  # leases renewed, over all attempts (renewLease counts them)
     retries: int = 0  # fresh attempts given by `redfleet retry`
+    question: str = ""  # blocked: what the person is asked
+    approval_for: str = ""  # blocked: the digest of the call an approval lets through
+    approved_for: str = ""  # approved: that digest, as the person approved it
+    approval_note: str = ""  # approved: the person's note, a user turn for the task
     pending: int = 0
     stage: str = ""
     error: str = ""

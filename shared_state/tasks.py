@@ -15,7 +15,15 @@ from typing import Any
 
 from . import keys
 from .delivery import Delivery, Envelope
-from .errors import Code, Fenced, ForeignTarget, JobFinished, StateError, TaskNotFound
+from .errors import (
+    Code,
+    Fenced,
+    ForeignTarget,
+    JobFinished,
+    NotBlocked,
+    StateError,
+    TaskNotFound,
+)
 from .models import Claim, Job, Role, Task
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 
@@ -226,6 +234,40 @@ class TaskStore:
         if res.code == Code.FOREIGN_TARGET:
             raise ForeignTarget(claim.task_id, res.data["key"])
         raise StateError(f"unexpected script code {res.code} for task {claim.task_id}")
+
+    def block(self, claim: Claim, question: str, *, approval_for: str, stage: str) -> None:
+        """Park the task for a person; it resumes at ``stage`` once approved.
+
+        ``approval_for`` names what an approval lets through (the digest of
+        the call waiting for it): a resumed task proceeds only with a call of
+        that digest, so a changed call needs a new approval.
+        """
+        res = self.runner.run(
+            "blockTask",
+            claim.job_id,
+            _task_keys(claim.job_id, claim.task_id),
+            [claim.token, claim.owner, question, approval_for, stage],
+        )
+        self._check(res, claim)
+
+    # -- a person's decisions ----------------------------------------------------
+
+    def decide(self, job_id: str, task_id: str, *, approve: bool, note: str, by: str) -> None:
+        """Approve (the task is queued to resume) or reject (it is dead, the job fails)."""
+        res = self.runner.run(
+            "decideTask",
+            job_id,
+            _task_keys(job_id, task_id),
+            ["approve" if approve else "reject", note, by],
+        )
+        if res.code == Code.NOT_FOUND:
+            raise TaskNotFound(task_id)
+        if res.code == Code.JOB_FINISHED:
+            raise JobFinished(job_id, res.data["job_status"])
+        if res.code == Code.NOT_CLAIMABLE:
+            raise NotBlocked(task_id, res.data["status"])
+        if approve:
+            self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
 
     # -- the reaper's writes -----------------------------------------------------
 
