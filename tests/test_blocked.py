@@ -43,9 +43,10 @@ def test_a_blocked_task_states_its_question_and_holds_no_lease(state: State) -> 
     state.tasks.block(claim, task.question, approval_for="d1", stage="go")
     with pytest.raises(Fenced):
         state.tasks.complete(claim, "")
-    Reaper(
-        state, redeliver_after_ms=60_000
-    ).tick()  # nothing to reap: a blocked task waits as long as it takes
+    line = Client(state).progress(job.job_id).line()  # what `submit --wait` shows
+    assert f"{task_id} asks: {task.question} (redfleet approve {job.job_id} {task_id})" in line
+    # nothing to reap: a blocked task waits as long as it takes
+    Reaper(state, redeliver_after_ms=60_000).tick()
     assert state.tasks.get(job.job_id, task_id).status is TaskStatus.BLOCKED
 
 
