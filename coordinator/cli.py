@@ -36,7 +36,7 @@ from shared_state import (
 from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
-from . import logs, views
+from . import logs, metrics, views
 from .api import RENEWED, Client, Progress, WaitTimeout, operator
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
@@ -181,6 +181,19 @@ def up(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     script: ScriptOpt = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            metavar="PORT",
+            help="Serve Prometheus metrics of the whole fleet on http://HOST:PORT/metrics.",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", metavar="HOST", help="Where --metrics-port listens.")
+    ] = "127.0.0.1",
     as_json: JsonOpt = False,
 ) -> None:
     """Run a supervised fleet: one OS process per worker, plus the reaper.
@@ -195,6 +208,11 @@ def up(
     default) replays a scenario and calls no model; `openai` speaks the
     OpenAI chat-completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio;
     key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
+
+    --metrics-port serves the fleet's metrics for Prometheus (claims, renewals,
+    fenced writes, reaps, tokens, cost, cache-hit ratio, step latency, queue
+    depths, workers): counted in Redis from every worker's events, so one
+    `up` serving them covers the fleet on every machine.
 
     When it stops it prints one line: attempts reaped and redelivered, workers
     restarted and hung (--json: the counts as JSON).
@@ -217,6 +235,11 @@ def up(
         fleet_of = views.count(len(spec.roles()), "worker")
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
+        if metrics_port is not None:
+            metrics.serve(state, metrics_port, metrics_host)
+            if not as_json:
+                where = f"http://{metrics_host}:{metrics_port}/metrics"
+                print(f"redfleet: metrics on {one_line(where)}", file=sys.stderr)
         report = Fleet.from_settings(state, url, spec, settings).run()
     if as_json:
         views.print_json(report.__dict__)

@@ -2,7 +2,8 @@
 
 Lua scripts append to the job stream atomically with the state change they
 make, so a job's stream is authoritative. The global stream (``rf:events``)
-is a mirror for ``redfleet logs`` across jobs; Cluster-safety forbids a script
+is a mirror for ``redfleet logs`` across jobs, and what the fleet's metrics
+(``rf:metrics``) are counted from as it is written; Cluster-safety forbids a script
 to touch it together with a job's keys, so the events a script returns are
 queued here and written in batches, one ``mirrorEvents`` script call each: in
 the same round trip as the caller's next write once ``MIRROR_BATCH`` entries
@@ -81,7 +82,7 @@ class EventLog:
                 args.extend(item)
         # EVAL with the source, not EVALSHA: the server caches it all the same, and
         # a mirror queued behind another command needs no reload-and-retry path.
-        pipe.eval(SCRIPTS["mirrorEvents"].source, 1, keys.EVENTS, *args)
+        pipe.eval(SCRIPTS["mirrorEvents"].source, 2, keys.EVENTS, keys.METRICS, *args)
 
     def flush(self) -> None:
         """Write the queued mirror entries now (heartbeats and shutdown call this)."""

@@ -24,6 +24,7 @@ are never touched by the same script as a job's keys.
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
     rf:jobs:expiring             zset   finished job id -> when its keys expire (ms)
     rf:events                    stream every job's events (capped)
+    rf:metrics                   hash   fleet-wide counters of the mirrored events (`/metrics`)
     rf:submit:<digest>           string a tenant's idempotency key -> its job id (expires)
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
@@ -63,6 +64,7 @@ JOBS = f"{PREFIX}:jobs"
 ACTIVE_JOBS = f"{PREFIX}:jobs:active"
 EXPIRING_JOBS = f"{PREFIX}:jobs:expiring"
 EVENTS = f"{PREFIX}:events"
+METRICS = f"{PREFIX}:metrics"
 WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
 
 

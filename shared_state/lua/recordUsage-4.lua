@@ -21,7 +21,7 @@
   ARGV[5] cost in micro-USD (integer)
   ARGV[6] 1 if the call was a compaction (a summarizing call), else 0
   ARGV[7..] field/value pairs of the model.called event (task_id, worker, step,
-          provider, model, kind), after which the token counts are added
+          provider, model, kind), after which the token counts and the cost are added
 
   Returns {code, data, events}
      1  data = usage (the job's totals after this call, as a hash), counted
@@ -52,7 +52,8 @@ if input > tonumber(redis.call('HGET', key, 'high_water') or '0') then
   redis.call('HSET', key, 'high_water', input)
 end
 local fields = {'event', 'model.called', unpack(ARGV, 7)}
-for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_tokens', 4}}) do
+for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_tokens', 4},
+    {'cost_micro_usd', 5}}) do
   fields[#fields + 1] = pair[1]
   fields[#fields + 1] = ARGV[pair[2]]
 end
