@@ -25,6 +25,8 @@ talks to its Redis::
   prints: the job, its tasks (with lease renewal counts), usage, and the
   providers its model calls went to.
 - ``artifacts(job_id) -> list[ArtifactRef]``, ``show(artifact_id) -> str``.
+- ``set_project_memory(text, tenant=...)``: the tenant's AGENTS.md, which its
+  jobs read at start (`submit --memory-file`).
 
 Errors are ``shared_state.StateError`` (``JobNotFound``, ``ConnectionFailed``,
 …) and ``CoordinatorError`` (``WaitTimeout``).
@@ -40,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
+from shared_state.memory import MemoryContext
+from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 
 from . import views
 from .connection import open_state
@@ -156,6 +160,16 @@ class Client:
             idempotency_key=idempotency_key,
         )
         return self.state.jobs.submit(spec).job_id
+
+    def set_project_memory(self, text: str, *, tenant: str = "default") -> str:
+        """Store ``text`` as the tenant's project memory (AGENTS.md); its sha256.
+
+        Every job of the tenant reads it at start, in its stable prompt prefix.
+        """
+        ctx = MemoryContext(tenant=tenant, actor=operator())
+        return (
+            MemoryFiles(self.state.client).create(ctx, PROJECT_MEMORY, text, operator=True).sha256
+        )
 
     def wait(
         self,

@@ -341,6 +341,15 @@ def submit(
     user: Annotated[
         str, typer.Option(help="The user the job runs for: its user: memory scope.")
     ] = "default",
+    memory_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--memory-file",
+            metavar="FILE",
+            help="A project memory document (AGENTS.md): stored as the tenant's "
+            "/memories/project/AGENTS.md, which every job of the tenant reads at start.",
+        ),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         typer.Option(
@@ -384,8 +393,11 @@ def submit(
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
     settings = Settings()
+    document = memory_file.read_text(encoding="utf-8") if memory_file else None
     with open_state(settings) as state:
         client = Client(state, settings=settings)
+        if document is not None:
+            client.set_project_memory(document, tenant=tenant)
         job_id = client.submit(
             goal,
             scenario=scenario,

@@ -17,6 +17,7 @@ from .errors import (
     SubmitUnconfirmed,
 )
 from .events import DEFAULT_JOB_MAXLEN, EventLog
+from .memory.episodes import record_episode
 from .memory.store import MemoryStore
 from .models import Job, JobSpec, JobStatus, Role
 from .redact import redact
@@ -255,11 +256,14 @@ class JobStore:
     def retire(self, job_id: str) -> None:
         """Drop a job that succeeded from the active set; its keys start to expire.
 
+        Its episode is written to its user's memory first (``memory.episodes``).
+
         The scripts already started the retention clock of each task as it
         finished; the active set is a cross-job key, so no script may touch it
         together with the job's keys.
         """
         retention_ms = self.client.hget(keys.job(job_id), "retention_ms")
+        self._episode(job_id)
         self._expire(job_id, [], retention_ms)
 
     def finalize(self, job_id: str) -> bool:
@@ -284,8 +288,18 @@ class JobStore:
         elif not JobStatus(status.decode()).finished:
             return False
         task_ids = [t.decode() for t in self.client.smembers(keys.tasks(job_id))]
+        if status is not None:
+            self._episode(job_id)
         self._expire(job_id, [keys.task(job_id, t) for t in task_ids], retention_ms)
         return True
+
+    def _episode(self, job_id: str) -> None:
+        """The finished job's episode for its user (once per round: its id is the job's)."""
+        try:
+            job = self.get(job_id)
+        except JobNotFound:
+            return
+        record_episode(self.memory, job)
 
     def _expire(self, job_id: str, extra: list[str], retention_ms: bytes | None) -> None:
         """Set the job's keys (and ``extra``) to expire after its own retention.

@@ -63,3 +63,23 @@ def test_submit_records_the_tenant_and_user_on_the_job(state: State, redis_url: 
               "--json", url=redis_url)  # fmt: skip
     job = state.jobs.get(json.loads(out.stdout)["job_id"])
     assert (job.tenant, job.user) == ("acme", "bob")
+
+
+def test_submit_memory_file_stores_the_tenants_project_memory(
+    state: State, redis_url: str, tmp_path
+) -> None:
+    from shared_state.memory import MemoryContext
+    from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
+
+    doc = tmp_path / "AGENTS.md"
+    doc.write_text("# Project rules\n- tests with pytest\n")
+    out = run("submit", "g", "--scenario", "noop", "--tenant", "acme", "--memory-file", str(doc),
+              url=redis_url)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    ctx = MemoryContext(tenant="acme", actor="t")
+    assert MemoryFiles(state.client).read(ctx, PROJECT_MEMORY)[0] == doc.read_text()
+    missing = run("submit", "g", "--memory-file", str(tmp_path / "nope.md"), url=redis_url)
+    assert_one_line_error(missing, "nope.md")
+    big = tmp_path / "big.md"
+    big.write_text("x" * 100_001)
+    assert_one_line_error(run("submit", "g", "--memory-file", str(big), url=redis_url), "over")

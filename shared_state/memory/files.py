@@ -37,6 +37,7 @@ from ..scripts import run_plain
 from .items import MemoryContext, Scope, ScopeKind
 
 ROOT = "/memories"
+PROJECT_MEMORY = f"{ROOT}/project/AGENTS.md"  # read by every job of the tenant at start
 MAX_BYTES = 100_000
 MAX_DEPTH = 8
 MAX_SEGMENT = 100

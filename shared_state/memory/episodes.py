@@ -1,0 +1,84 @@
+"""Episodes: what a finished job leaves its user, built from the records alone.
+
+When a job ends (succeeded, failed, cancelled) its episode is written to the
+user's scope: the goal, the outcome, the decisions and facts its tasks
+recorded in the job's memory (each with its source), and the artifacts it
+made. No model is asked: the episode is the records, condensed. It is derived
+from the job items it quotes, so forgetting one of them forgets the episode;
+and it is written once per job and round (its id is theirs), however often
+the job is retired: a retried job's new episode supersedes the old one.
+"""
+
+from __future__ import annotations
+
+from .. import keys
+from ..models import Job
+from ..redact import redact
+from .items import MAX_TEXT, Claim, MemoryContext, MemoryItem, Scope, ScopeKind, SourceKind
+from .store import MemoryStore
+
+_ARTIFACT_KINDS = ("report", "features", "verdict")
+_PER_ITEM = 300  # characters of one decision or fact in the episode
+
+
+def episode_id(job: Job) -> str:
+    """One per job and round: a retried job's new outcome supersedes the old one's episode."""
+    return f"m-ep-{job.job_id}-{job.retries}"
+
+
+def record_episode(store: MemoryStore, job: Job) -> MemoryItem | None:
+    """Write ``job``'s episode to its user's scope; None if it has not finished."""
+    if not job.status.finished:
+        return None
+    ctx = MemoryContext(tenant=job.tenant, user=job.user, job=job.job_id, actor="system:episodes")
+    items = [
+        i
+        for i in store.items(ctx, scope=Scope(kind=ScopeKind.JOB, id=job.job_id))
+        if i.kind in ("decision", "fact") and i.status == "current"
+    ]
+    lines = [f"Episode of job {job.job_id} ({job.status.value}). Goal: {job.goal}"]
+    if job.reason:
+        lines.append(f"Why it ended: {job.reason}")
+    for kind, title in (("decision", "Decisions"), ("fact", "Facts")):
+        chosen = [i for i in items if i.kind == kind]
+        if chosen:
+            lines.append(f"{title}:")
+            lines += [
+                f"- {i.text[:_PER_ITEM]} [{i.provenance.source_kind.value}, "
+                f"{i.provenance.source_ref}]"
+                for i in chosen
+            ]
+    refs = _artifacts(store, job.job_id)
+    if refs:
+        lines.append("Artifacts: " + ", ".join(f"{kind} {a}" for a, kind in refs))
+    text = redact(_fit(lines))  # a goal may quote a key: masked, never refused
+    claim = Claim(
+        scope=Scope(kind=ScopeKind.USER, id=job.user),
+        text=text,
+        key=f"episode.{job.job_id}",
+        kind="episode",
+        source_kind=SourceKind.SYSTEM,
+        source_ref=f"job {job.job_id} records",
+        derived_from=tuple(i.id for i in items if i.text[:_PER_ITEM] in text),
+    )
+    return store.write(ctx, claim, item_id=episode_id(job))
+
+
+def _artifacts(store: MemoryStore, job_id: str) -> list[tuple[str, str]]:
+    """(id, kind) of the job's report, feature list and verdict artifacts, oldest first."""
+    ids = [i.decode() for i in store.client.zrange(keys.artifacts(job_id), 0, -1)]
+    pipe = store.client.pipeline(transaction=False)
+    for artifact_id in ids:
+        pipe.hget(keys.artifact(job_id, artifact_id), "kind")
+    return [
+        (artifact_id, kind.decode())
+        for artifact_id, kind in zip(ids, pipe.execute(), strict=True)
+        if kind is not None and kind.decode() in _ARTIFACT_KINDS
+    ]
+
+
+def _fit(lines: list[str]) -> str:
+    """The lines, dropping whole facts from the end (never cutting one) to fit an item."""
+    while len("\n".join(lines)) > MAX_TEXT and len(lines) > 1:
+        lines.pop(-2 if lines[-1].startswith("Artifacts:") else -1)
+    return "\n".join(lines)[:MAX_TEXT]

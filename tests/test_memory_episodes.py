@@ -1,0 +1,57 @@
+"""Episodes: a finished job's record in its user's memory, built from the records."""
+
+from __future__ import annotations
+
+from shared_state import JobSpec, Role, State, Trust
+from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
+from shared_state.memory.episodes import record_episode
+
+
+def _finish(state: State, job_id: str) -> None:
+    job = state.jobs.get(job_id)
+    claimed = state.tasks.claim(job_id, job.root_task, "planner-0", 60_000)
+    state.tasks.complete(claimed.claim, "", "done")
+
+
+def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts(
+    state: State,
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="ship the parser", tenant="acme", user="alice"))
+    store = MemoryStore(state.client)
+    ctx = MemoryContext(tenant="acme", user="alice", job=job.job_id, task="t", actor="coder-1")
+    scope = Scope.parse(f"job:{job.job_id}:")
+    decision = store.write(ctx, Claim(scope=scope, text="use a recursive-descent parser",
+                                      kind="decision", source_kind=SourceKind.USER,
+                                      source_ref="goal"))  # fmt: skip
+    fact = store.write(ctx, Claim(scope=scope, text="the grammar has 14 rules", kind="fact",
+                                  source_kind=SourceKind.AGENT, source_ref="step 4"))  # fmt: skip
+    report = state.artifacts(job.job_id).put("report", kind="report", trust=Trust.TRUSTED)
+    _finish(state, job.job_id)
+    state.jobs.retire(job.job_id)
+
+    alice = MemoryContext(tenant="acme", user="alice", actor="planner")
+    (episode,) = [i for i in store.items(alice) if i.kind == "episode"]
+    assert str(episode.scope) == "user:alice:"
+    assert episode.provenance.source_kind is SourceKind.SYSTEM
+    assert "Goal: ship the parser" in episode.text and "(succeeded)" in episode.text
+    assert "- use a recursive-descent parser [user, goal]" in episode.text
+    assert "- the grammar has 14 rules [agent, step 4]" in episode.text
+    assert f"report {report.id}" in episode.text
+    assert set(episode.provenance.derived_from) == {decision.id, fact.id}
+    # written once: retiring again adds nothing
+    state.jobs.retire(job.job_id)
+    assert len([i for i in store.items(alice, include_expired=True) if i.kind == "episode"]) == 1
+    # forgetting what it quotes forgets the episode
+    store.forget(alice, [fact.id])
+    assert [i for i in store.items(alice) if i.kind == "episode"] == []
+
+
+def test_a_failed_job_leaves_an_episode_saying_why(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="doomed", max_attempts=1))
+    claimed = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
+    state.tasks.fail(claimed.claim, "the provider is unreachable", retryable=False)
+    state.jobs.finalize(job.job_id)
+    episode = record_episode(MemoryStore(state.client), state.jobs.get(job.job_id))
+    assert episode is not None and "(failed)" in episode.text
+    assert "the provider is unreachable" in episode.text
+    assert Role.PLANNER.value in episode.text  # the reason names the dead task's role
