@@ -60,7 +60,6 @@ from workers.context import (
     WorkingState,
     tokenizer_for,
 )
-from workers.context.stubs import CLEARED_PREFIX, CUT_MARK
 from workers.errors import ContextCeilingExceeded
 
 STEPS = 35
@@ -268,8 +267,8 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         history, state = prompt.history, prompt.state
         for m in history:
             if m.is_tool_result and m.tool_call_id in unseen:
-                cleared_unseen += m.content.startswith(CLEARED_PREFIX)
-                cut_unseen += CUT_MARK in m.content
+                cleared_unseen += m.reduced == "cleared"
+                cut_unseen += m.reduced == "cut"
         orphaned += orphans(prompt.messages)
         needs = workload.needs(step)
         if needs:
