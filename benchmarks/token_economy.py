@@ -282,8 +282,13 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         over_budget += tokens > state_budget
         if step in (10, 100, 300, 1_000) or step == workload.steps:
             state_tokens[f"step_{step}"] = tokens
-        for read, wrote in strategy.compactions:
-            ledger.record_compaction(step=step, input_tokens=read, output_tokens=wrote)
+        for summarized in strategy.compactions:
+            ledger.record_compaction(
+                step=step,
+                input_tokens=summarized.input_tokens,
+                output_tokens=summarized.output_tokens,
+                model=summarized.model,
+            )
         strategy.compactions.clear()
         ledger.record_prompt(
             prompt, step=step, output_tokens=OUTPUT_TOKENS, tool="read", tool_result_bytes=delivered

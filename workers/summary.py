@@ -3,7 +3,9 @@
 A subagent's answer comes back condensed, never as its transcript. The cap
 (default 1,500 tokens) holds for the whole rendered summary: an answer over
 it is stored whole as an artifact the summary points to, then condensed once
-more by the model; if that is still over (or the call fails), it is cut.
+more by the summary model (when the fleet has one: ``--summary-model``); if
+that is still over (or the call fails, or there is no summary model), it is
+cut.
 Refs that would leave less than half the cap for text are kept only in the
 stored whole. Exact material (code, tables) travels as typed artifact refs,
 rendered as handles only where the summary is shown.

@@ -10,7 +10,8 @@ from ..llm import Provider
 class Meter:
     """Records each model call of one task in its job's usage (the ledger's ``job`` sink).
 
-    The event names the task, worker, provider and model.
+    The event names the task, worker, provider and model; a call to another
+    model (a summary model) names that one, as the ledger says.
     """
 
     def __init__(self, state: State, task: Task, worker: str, provider: Provider) -> None:
@@ -38,12 +39,12 @@ class Meter:
             cost_usd=cost_usd,
             compaction=compaction,
             event={
-                **(event or {}),  # the step's metrics, from the ledger
                 "task_id": self.task.task_id,
                 "worker": self.worker,
                 "step": self.calls,
                 "provider": self.provider.name,
                 "model": self.provider.model,
+                **(event or {}),  # the step's metrics, from the ledger (and another model's name)
                 "kind": "compaction" if compaction else "step",
             },
         )

@@ -15,7 +15,7 @@ the stage it named, with its children's summaries as its first message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,7 +26,7 @@ from ..agent import AgentLimits, AgentLoop, AgentOutcome
 from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
 from ..errors import ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
-from ..llm import Provider, ProviderChoice
+from ..llm import ModelSummarizer, ProviderChoice
 from ..run_context import RunContext
 from ..sandbox import workspace_path
 from ..summary import DEFAULT_CAP, Summary, capped
@@ -75,9 +75,7 @@ class AgentTask:
             source=f"task:{self.task.task_id}",
             save=self._save,
         )
-        # The run's provider and the job's ledger, once it has one (``drive``).
-        self.provider: Provider | None = None
-        self.ledger = CallLedger()
+        self.ledger = CallLedger()  # the job's, once the run has a provider (``drive``)
 
     # -- what a role defines -------------------------------------------------------------
 
@@ -124,7 +122,7 @@ class AgentTask:
         """Run the loop in ``phase`` with the role's ``tools`` and those every role offers."""
         self.context.reconcile()
         self.context.update(lambda s: s.with_phase(phase))
-        provider = self.provider = self.choice.open(self.script_key)
+        provider = self.choice.open(self.script_key)
         self.ledger = CallLedger(
             model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
         )
@@ -152,7 +150,8 @@ class AgentTask:
     ) -> Summary:
         """Complete the task with its Summary (an artifact; the task keeps only its id).
 
-        ``condense``: an answer over the cap is condensed by the model before it is cut.
+        ``condense``: an answer over the cap is condensed by the summary model,
+        when the fleet has one, before it is cut.
         """
         cap = self.input.summary_cap if self.input else DEFAULT_CAP
         kind = self.input.kind if self.input else "task"
@@ -164,7 +163,7 @@ class AgentTask:
             draft,
             tok=self.tok,
             sink=self.artifacts,
-            condense=self._condense if condense else None,
+            condense=self._condenser() if condense else None,
         )
         ref = self.context.store(
             summary.model_dump_json(indent=1),
@@ -174,36 +173,27 @@ class AgentTask:
         self.run.complete(ref.id)
         return summary
 
-    def _condense(self, text: str, tokens: int) -> str:
-        """One more model call: the same answer in at most ``tokens`` tokens ('' if it fails)."""
-        messages = [
-            Message(
-                role="system",
-                content=f"Condense the text to at most {tokens} tokens. Keep every "
-                "identifier, number, file name and artifact id; drop the rest.",
-            ),
-            Message(role="user", content=text),
-        ]
-        budget = self.run.state.budget(self.task.job_id)
-        assert self.provider is not None  # a task finishes after its run
-        try:
-            held = budget.reserve(self.tok.count_messages(messages) + tokens)
-        except BudgetExceeded:
-            return ""  # not sent; cutting, the fallback, always fits
-        used = 0
-        try:
-            reply = self.provider.complete(messages, [], max_tokens=tokens)
-            used = reply.usage.input_tokens + reply.usage.output_tokens
-        except ProviderError:
-            return ""  # cutting, the fallback, always fits
-        finally:
-            budget.settle(held, used)
-        self.ledger.record_compaction(
-            step=len(self.ledger.calls) + 1,
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-        )
-        return reply.text
+    def _condenser(self) -> Callable[[str, int], str] | None:
+        """The summary model's condensing call, recorded as a compaction; None without one."""
+        provider = self.choice.open_summaries()
+        if provider is None:
+            return None
+        summarizer = ModelSummarizer(provider, budget=self.run.state.budget(self.task.job_id))
+
+        def condense(text: str, tokens: int) -> str:
+            try:
+                summarized = summarizer.condense(text, tokens)
+            except (BudgetExceeded, ProviderError):
+                return ""  # not sent, or failed: cutting, the fallback, always fits
+            self.ledger.record_compaction(
+                step=len(self.ledger.calls) + 1,
+                input_tokens=summarized.input_tokens,
+                output_tokens=summarized.output_tokens,
+                model=summarized.model,
+            )
+            return summarized.text
+
+        return condense
 
     # -- children --------------------------------------------------------------------------
 
