@@ -132,3 +132,14 @@ def test_the_state_checkpointed_is_the_one_the_context_owns_with_the_note_a_tool
     assert WorkingState.model_validate_json(saved) == agent.context.state
     assert [f.text for f in agent.context.state.facts] == [FACT["text"]]
     assert not [v for v in vars(agent).values() if isinstance(v, WorkingState)]
+
+
+def test_a_result_that_is_part_of_a_whole_reaches_the_history_marked_cut_with_its_refs() -> None:
+    def tail(ctx: RunContext, a: Text) -> ToolResult:
+        log = ctx.store("line\n" * 500, kind="log", title="the whole log")
+        return ToolResult(content=f"last line: line; whole: {log.id}", refs=(log,), reduced=True)
+
+    ctx, loop = run([Tool("tail", "Tail.", Text, tail)], calls("tail"), {"text": "done"})
+    (result,) = [m for m in loop.history if m.role == "tool"]
+    assert result.reduced == "cut" and result.content.startswith("last line: line")
+    assert [r.kind for r in ctx.state.artifacts] == ["log"]

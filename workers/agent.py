@@ -85,6 +85,7 @@ class AgentLoop:
 
     def run(self, system: str, history: Sequence[Message], *, reference: str = "") -> AgentOutcome:
         self.history, self.tool_errors, self.last_error = list(history), 0, ""
+        self.delivered = 0
         for step in range(1, self.limits.max_steps + 1):
             prompt = self.build(system, reference)
             held = self.reserve(prompt)

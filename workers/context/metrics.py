@@ -57,7 +57,7 @@ class CallRecord:
     prefix_hash: str
     bust: str = ""  # cause of a cache bust, "" if none
     kind: str = "step"  # "step" or "compaction" (a summarizing call)
-    model: str = ""  # the model of a call made to another one than the ledger's (summaries)
+    model: str = ""  # the model that served the call, when not the ledger's (a summary model)
 
     def cost_usd(self, price: Price) -> float:
         fresh = self.input_tokens - self.cached_tokens

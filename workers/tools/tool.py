@@ -45,8 +45,11 @@ class ToolResult(BaseModel):
         return cls(content=f"error: {reason}", error=True)
 
     def message(self, call: ToolCall) -> Message:
-        """The tool message answering ``call`` (a part is already reduced: the engine leaves
-        it as it is until it clears it)."""
+        """The tool message answering ``call``.
+
+        A result that is only a part is marked cut, as the engine marks its own
+        cuts: it is not cut again before the model sees it, only cleared after.
+        """
         return Message(
             role="tool",
             content=self.content,
