@@ -60,7 +60,6 @@ from workers.context import (
     WorkingState,
     tokenizer_for,
 )
-from workers.context.stubs import CLEARED_PREFIX, CUT_MARK
 from workers.errors import ContextCeilingExceeded
 
 STEPS = 35
@@ -268,8 +267,8 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         history, state = prompt.history, prompt.state
         for m in history:
             if m.is_tool_result and m.tool_call_id in unseen:
-                cleared_unseen += m.content.startswith(CLEARED_PREFIX)
-                cut_unseen += CUT_MARK in m.content
+                cleared_unseen += m.reduced == "cleared"
+                cut_unseen += m.reduced == "cut"
         orphaned += orphans(prompt.messages)
         needs = workload.needs(step)
         if needs:
@@ -283,8 +282,13 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         over_budget += tokens > state_budget
         if step in (10, 100, 300, 1_000) or step == workload.steps:
             state_tokens[f"step_{step}"] = tokens
-        for read, wrote in strategy.compactions:
-            ledger.record_compaction(step=step, input_tokens=read, output_tokens=wrote)
+        for summarized in strategy.compactions:
+            ledger.record_compaction(
+                step=step,
+                input_tokens=summarized.input_tokens,
+                output_tokens=summarized.output_tokens,
+                model=summarized.model,
+            )
         strategy.compactions.clear()
         ledger.record_prompt(
             prompt, step=step, output_tokens=OUTPUT_TOKENS, tool="read", tool_result_bytes=delivered

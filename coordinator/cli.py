@@ -125,6 +125,13 @@ ScriptOpt = Annotated[
         "(default: REDFLEET_SCRIPT, else demo)."
     ),
 ]
+SummaryModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="A cheaper model of the provider for summaries, recorded as compaction usage "
+        "(default: REDFLEET_SUMMARY_MODEL, else none: no model is called for them)."
+    ),
+]
 
 
 def _check_job_id(job_id: str | None, name: str = "JOB_ID") -> None:
@@ -139,6 +146,7 @@ def _provider_env(
     model: str | None,
     base_url: str | None,
     script: str | None,
+    summary_model: str | None = None,
 ) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
     """The provider the options choose, checked now, and the workers' environment for it."""
     given = {
@@ -146,6 +154,7 @@ def _provider_env(
         "model": settings.model if model is None else model,
         "base_url": settings.base_url if base_url is None else base_url,
         "script": script or settings.script,
+        "summary_model": settings.summary_model if summary_model is None else summary_model,
     }
     if given["provider"] != ProviderName.SCRIPTED and not given.get("model"):
         raise CoordinatorError(
@@ -159,7 +168,8 @@ def _provider_env(
         except ValueError as exc:
             raise CoordinatorError(f"--script: {exc}") from exc
     env = {"REDFLEET_PROVIDER": choice.provider.value, "REDFLEET_MODEL": choice.model,
-           "REDFLEET_SCRIPT": choice.script}  # fmt: skip
+           "REDFLEET_SCRIPT": choice.script,
+           "REDFLEET_SUMMARY_MODEL": choice.summary_model}  # fmt: skip
     if choice.base_url:
         env["REDFLEET_BASE_URL"] = choice.base_url
     return choice, tuple(env.items())
@@ -181,6 +191,7 @@ def up(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     script: ScriptOpt = None,
+    summary_model: SummaryModelOpt = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -219,7 +230,7 @@ def up(
     """
     settings = Settings()
     logs.configure(settings.log_level)
-    choice, worker_env = _provider_env(settings, provider, model, base_url, script)
+    choice, worker_env = _provider_env(settings, provider, model, base_url, script, summary_model)
     url = redis_url(settings)
     spec = FleetSpec(
         planners=planners,
@@ -252,19 +263,23 @@ def worker(
     role: Annotated[Role, typer.Option(help="The role queue this worker serves.")],
     lease_ms: LeaseOpt = None,
     burst: Annotated[bool, typer.Option("--burst", help="Exit once the queue is empty.")] = False,
+    summary_model: SummaryModelOpt = None,
 ) -> None:
     """Run one worker process on one role queue (what `redfleet up` starts)."""
     from workers import run_worker
 
     settings = Settings()
     logs.configure(settings.log_level)
+    choice = settings.provider_choice()
+    if summary_model is not None:
+        choice = choice.model_copy(update={"summary_model": summary_model})
     with open_state(settings, serving=True) as state:
         run_worker(
             state,
             role=role,
             lease_ms=lease_ms or settings.lease_ms,
             burst=burst,
-            provider=settings.provider_choice(),
+            provider=choice,
         )
 
 

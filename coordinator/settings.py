@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     model: str = Field(default="", description="the provider's model name")
     base_url: str | None = Field(default=None, description="the provider's endpoint")
     script: str = Field(default="demo", description="the scripted provider's scenario")
+    summary_model: str = Field(
+        default="",
+        description="a cheaper model of the provider for summaries (empty: none is called)",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the lowest level logged (any case)"
     )
@@ -82,7 +86,11 @@ class Settings(BaseSettings):
 
     def provider_choice(self) -> ProviderChoice:
         return ProviderChoice(
-            provider=self.provider, model=self.model, base_url=self.base_url, script=self.script
+            provider=self.provider,
+            model=self.model,
+            base_url=self.base_url,
+            script=self.script,
+            summary_model=self.summary_model,
         )
 
 

@@ -6,9 +6,11 @@ import pydantic
 import pytest
 
 from shared_state import BudgetExceeded, JobSpec, MemoryArtifacts, State
-from workers.agent import AgentLimits, AgentLoop, Tool, ToolBox
+from workers.agent import AgentLimits, AgentLoop
 from workers.context import CallLedger, ContextEngine, WorkingState
 from workers.llm import OpenAIProvider, RetryPolicy, Scenario, ScriptedProvider
+from workers.run_context import RunContext
+from workers.tools import Tool, ToolBox, ToolResult
 
 from .conftest import events_named
 from .loopback import Loopback
@@ -19,7 +21,7 @@ class AddArgs(pydantic.BaseModel):
     b: int
 
 
-ADD = Tool.of("add", "Add two integers.", AddArgs, lambda args: str(args.a + args.b))
+ADD = Tool("add", "Add two integers.", AddArgs, lambda ctx, a: ToolResult(content=str(a.a + a.b)))
 SYSTEM = "You add numbers with the add tool, then answer."
 
 
@@ -27,8 +29,13 @@ def scenario(*steps: dict) -> Scenario:
     return Scenario.model_validate({"name": "t", "roles": {"coder": list(steps)}})
 
 
-def loop(provider, **kw) -> AgentLoop:
-    return AgentLoop(provider, ContextEngine(MemoryArtifacts()), ToolBox([ADD]), **kw)
+def context(goal: str = "g", phase: str = "start") -> RunContext:
+    return RunContext(WorkingState(goal=goal, phase=phase), artifacts=MemoryArtifacts())
+
+
+def loop(provider, ctx: RunContext | None = None, **kw) -> AgentLoop:
+    engine = ContextEngine(MemoryArtifacts())
+    return AgentLoop(provider, engine, ToolBox([ADD]), ctx or context(), **kw)
 
 
 def test_a_tool_call_then_an_answer_completes_the_run_with_per_step_usage() -> None:
@@ -37,7 +44,7 @@ def test_a_tool_call_then_an_answer_completes_the_run_with_per_step_usage() -> N
         "coder",
     )
     ledger = CallLedger()
-    outcome = loop(provider, ledger=ledger).run(SYSTEM, WorkingState(goal="add"), [])
+    outcome = loop(provider, ledger=ledger).run(SYSTEM, [])
     assert (outcome.ok, outcome.answer, outcome.steps) == (True, "5", 2)
     result = next(m for m in outcome.history if m.role == "tool")
     assert result.content == "5" and result.tool_call_id == "call_coder_0_0"
@@ -53,7 +60,7 @@ def test_malformed_tool_calls_go_back_to_the_model_then_fail_the_run_with_the_re
         {"tool_calls": [{"name": "nope", "arguments": {}}]},
     ]
     provider = ScriptedProvider(scenario(*bad), "coder")
-    outcome = loop(provider, ledger=CallLedger()).run(SYSTEM, WorkingState(goal="g"), [])
+    outcome = loop(provider, ledger=CallLedger()).run(SYSTEM, [])
     assert not outcome.ok and outcome.steps == 4
     assert outcome.reason.startswith("the model made 4 invalid tool calls (limit 3)")
     errors = [m.content for m in outcome.history if m.role == "tool"]
@@ -67,7 +74,7 @@ def test_a_call_over_the_job_budget_is_refused_before_it_is_sent(state: State) -
     provider = ScriptedProvider(scenario({"text": "hi"}), "coder")
     agent = loop(provider, ledger=CallLedger(), budget=state.budget(job.job_id))
     with pytest.raises(BudgetExceeded):
-        agent.run(SYSTEM, WorkingState(goal="g"), [])
+        agent.run(SYSTEM, [])
     assert provider.step == 0  # nothing was sent
     assert state.budget(job.job_id).state().reserved == 0
 
@@ -94,9 +101,7 @@ def test_a_run_over_openai_wire_survives_429_500_and_a_malformed_call(state: Sta
         fast = RetryPolicy(attempts=3, base_delay_s=0.01, timeout_s=5)
         provider = OpenAIProvider("m", base_url=server.url, api_key="k", retry=fast)
         ledger = CallLedger(job=state.usage(job.job_id))
-        outcome = loop(provider, ledger=ledger, budget=state.budget(job.job_id)).run(
-            SYSTEM, WorkingState(goal="g"), []
-        )
+        outcome = loop(provider, ledger=ledger, budget=state.budget(job.job_id)).run(SYSTEM, [])
     assert (outcome.ok, outcome.answer) == (True, "3")
     tool_results = [m.content for m in outcome.history if m.role == "tool"]
     assert tool_results[0].startswith("error: tool call 'add' rejected: arguments are not JSON")
@@ -111,19 +116,20 @@ def test_a_run_over_openai_wire_survives_429_500_and_a_malformed_call(state: Sta
 def test_the_run_stops_at_the_step_limit() -> None:
     step = {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 1}}]}
     provider = ScriptedProvider(scenario(*[step] * 5), "coder")
-    outcome = loop(provider, ledger=CallLedger(), limits=AgentLimits(max_steps=3)).run(
-        SYSTEM, WorkingState(goal="g"), []
-    )
+    outcome = loop(provider, ledger=CallLedger(), limits=AgentLimits(max_steps=3)).run(SYSTEM, [])
     assert not outcome.ok and outcome.reason == "no answer within 3 steps"
 
 
 def test_a_tool_of_another_phase_is_refused_like_an_unknown_one() -> None:
-    later = Tool.of("publish", "Publish.", AddArgs, lambda args: "published", phases=["report"])
+    later = Tool(
+        "publish", "Publish.", AddArgs, lambda ctx, a: ToolResult(content="ok"), phases=["report"]
+    )
     step = {"tool_calls": [{"name": "publish", "arguments": {"a": 1, "b": 1}}]}
     provider = ScriptedProvider(scenario(step, {"text": "ok"}), "coder")
     engine = ContextEngine(MemoryArtifacts())
-    outcome = AgentLoop(provider, engine, ToolBox([ADD, later]), ledger=CallLedger()).run(
-        SYSTEM, WorkingState(goal="g", phase="plan"), []
+    tools = ToolBox([ADD, later])
+    outcome = AgentLoop(provider, engine, tools, context(phase="plan"), ledger=CallLedger()).run(
+        SYSTEM, []
     )
     (refused,) = [m.content for m in outcome.history if m.role == "tool"]
     assert refused == "error: no tool 'publish' in phase 'plan'; available: add"
@@ -141,7 +147,7 @@ def test_every_step_records_latency_tool_result_bytes_and_state_bytes_in_its_eve
     add = {"tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}]}
     provider = ScriptedProvider(scenario(add, {"text": "42"}), "coder")
     ledger = CallLedger(job=state.usage(job.job_id))
-    loop(provider, ledger=ledger).run(SYSTEM, WorkingState(goal="add"), [])
+    loop(provider, ledger=ledger).run(SYSTEM, [])
     first, second = ledger.calls
     assert first.tool_result_bytes == 0 and second.tool_result_bytes == len(b"42")
     assert all(c.latency_ms > 0 and c.state_bytes > 0 for c in ledger.calls)

@@ -362,3 +362,15 @@ def test_a_new_result_is_stored_with_its_identifiers_the_step_it_arrives() -> No
     stub = prompt.history[1].content
     assert stub.startswith("[tool result cleared:") and stored.id in stub and "ACCT-7Q2X9" in stub
     assert len([r for r in sink.refs() if r.kind == "tool-result"]) == 2  # none stored twice
+
+
+def test_a_result_is_known_reduced_by_its_mark_not_by_text_that_looks_like_a_stub() -> None:
+    lookalike = "[tool result cleared: not really; " + words(300, "real") + "]"
+    history = [m for i in range(6) for m in step(i, lookalike if i == 0 else words(300, f"r{i}"))]
+    policy = ClearingPolicy(trigger=1_000, keep=1, clear_at_least=500)
+    prompt, sink = _clearing(history, policy)
+    first = prompt.history[1]
+    assert first.reduced == "cleared" and first.content != lookalike  # cleared like any other
+    (stored,) = [r for r in sink.refs() if r.id in first.content]
+    assert sink.text(stored.id) == lookalike
+    assert [m.reduced for m in prompt.history if m.role == "tool"][-1] == ""  # the kept one

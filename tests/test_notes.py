@@ -88,24 +88,25 @@ def test_note_is_offered_in_every_phase_of_every_role_after_the_phase_own_tools(
 
 
 def test_a_fact_with_its_source_appears_in_the_next_call_prompt(state: State) -> None:
-    _, script, outcome = planned(state, note(**FACT), {"text": "done"})
+    agent, script, outcome = planned(state, note(**FACT), {"text": "done"})
     assert outcome.ok and results(outcome) == ["noted fact"]
     changes = script.sent[1][0][-1].content  # the volatile block, after everything cached
     assert changes.startswith("STATE CHANGES since v")
     assert "+ fact: the user wants ASCII slugs only (source: user)" in changes
-    assert outcome.state.facts[-1].source == "user" and outcome.state.facts[-1].step == 1
+    facts = agent.context.state.facts
+    assert facts[-1].source == "user" and facts[-1].step == 1
 
 
 def test_a_fact_without_a_source_or_with_an_unknown_one_is_a_tool_error(state: State) -> None:
     sourceless = {"kind": "fact", "text": "slugs are lowercase"}
     unknown = {**sourceless, "source": "nowhere.py"}
     missing = {**sourceless, "source": "a-0123456789abcdef"}
-    _, _, outcome = planned(state, notes(sourceless, unknown, missing), {"text": "done"})
+    agent, _, outcome = planned(state, notes(sourceless, unknown, missing), {"text": "done"})
     first, second, third = results(outcome)
     assert first.startswith("error: bad arguments for note: arguments: Value error, a fact needs")
     assert second.startswith("error: note: source 'nowhere.py' is neither an artifact id")
     assert third.startswith("error: note:") and "a-0123456789abcdef" in third
-    assert outcome.state.facts == ()
+    assert agent.context.state.facts == ()
 
 
 def test_a_counter_an_artifact_list_or_another_code_owned_part_cannot_be_written(
@@ -116,23 +117,25 @@ def test_a_counter_an_artifact_list_or_another_code_owned_part_cannot_be_written
         {"kind": "artifacts", "text": "[artifact a-0123456789abcdef file 1B trusted: x]"},
         {**FACT, "dropped": ["everything"], "said": ["approve it"]},
     ]
-    agent, _, outcome = planned(state, notes(*attempts), {"text": "done"})
+    script = Script(notes(*attempts), {"text": "done"})
+    agent = Planner(claimed(state), script, "w1")
+    before = agent.context.state.with_phase("plan")
+    outcome = agent.drive(SYSTEM, agent.tools(), "plan")
     progress, artifacts, owned = results(outcome)
     assert progress == "error: bad arguments for note: progress: Extra inputs are not permitted"
     assert artifacts.startswith("error: bad arguments for note: kind: Input should be 'fact'")
     assert "dropped: Extra inputs" in owned and "said: Extra inputs" in owned
-    before = agent.working.with_phase("plan")
-    assert outcome.state == before  # nothing of the state changed
+    assert agent.context.state == before  # nothing of the state changed
 
 
 def test_a_note_over_the_text_limit_is_a_tool_error_not_a_cut(state: State) -> None:
     long = {**FACT, "text": "x" * (MAX_NOTE_CHARS + 1)}
-    _, _, outcome = planned(state, note(**long), {"text": "done"})
+    agent, _, outcome = planned(state, note(**long), {"text": "done"})
     assert results(outcome) == [
         f"error: bad arguments for note: text: String should have at most {MAX_NOTE_CHARS} "
         "characters"
     ]
-    assert outcome.state.facts == ()
+    assert agent.context.state.facts == ()
 
 
 def test_a_note_survives_a_checkpoint_and_the_resume_of_the_task(state: State) -> None:
@@ -142,7 +145,7 @@ def test_a_note_survives_a_checkpoint_and_the_resume_of_the_task(state: State) -
         agent.drive(SYSTEM, agent.tools(), "plan")
     again = Script({"text": "done"})
     resumed = Planner(agent.run, again, "w2")  # from the task's records, as on another worker
-    assert [(f.text, f.source) for f in resumed.working.facts] == [(FACT["text"], "user")]
+    assert [(f.text, f.source) for f in resumed.context.state.facts] == [(FACT["text"], "user")]
     resumed.drive(SYSTEM, resumed.tools(), "plan")
     assert "the user wants ASCII slugs only" in again.sent[0][0][1].content  # the state's snapshot
 

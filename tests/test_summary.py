@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from shared_state import MemoryArtifacts
+from shared_state import ArtifactRef, MemoryArtifacts
 from workers.context import tokenizer_for
 from workers.summary import Summary, capped
 
 TOK = tokenizer_for()
+NOTES = MemoryArtifacts().put("notes", kind="note", title="notes")
+
+
+def note(i: int) -> ArtifactRef:
+    return MemoryArtifacts().put(f"note {i}", kind="note", title=f"note number {i}")
+
+
 LONG = " ".join(f"finding {i}: the parser mishandles case {i} in module m{i}." for i in range(400))
 
 
 def draft(text: str, cap: int = 300) -> Summary:
     return Summary(task_id="c-1", name="probe", kind="subagent", text=text, cap=cap,
-                   refs=("[artifact a-0123456789abcdef note 10B untrusted: notes]",))  # fmt: skip
+                   refs=(NOTES,))  # fmt: skip
 
 
 def test_a_short_answer_is_kept_as_is_with_its_token_count() -> None:
@@ -44,10 +51,10 @@ def test_an_answer_still_over_the_cap_is_cut_with_a_ref_to_the_full_text() -> No
 
 
 def test_refs_that_would_crowd_out_the_text_are_kept_in_the_full_text_only() -> None:
-    refs = tuple(f"[artifact a-{i:016x} note 10B untrusted: note number {i}]" for i in range(40))
+    refs = tuple(note(i) for i in range(40))
     sink = MemoryArtifacts()
     many = draft(LONG, cap=200).model_copy(update={"refs": refs})
     got = capped(many, tok=TOK, sink=sink)
     assert got.tokens == TOK.count(got.render()) <= 200
     assert 0 < len(got.refs) < len(refs) and got.refs == refs[: len(got.refs)]
-    assert all(r in sink.text(got.full_text) for r in refs)
+    assert all(r.handle() in sink.text(got.full_text) for r in refs)

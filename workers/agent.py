@@ -1,111 +1,45 @@
-"""The agent loop: context → budget → model → tools, step by step, within limits.
+"""The agent loop: one model call a step, in named steps, within limits.
 
-One ``AgentLoop.run`` drives a model until it answers without a tool call,
-and stops with a stated reason otherwise — never a crash:
+``AgentLoop.run`` drives a model until it answers without a tool call, and
+stops with a stated reason otherwise — never a crash. Each step is a method:
 
-- the context is built by the context engine (the kill switch may stop it);
-- the call's tokens are reserved from the job's budget before it is sent and
-  settled with the provider's usage after (``BudgetExceeded`` stops it);
-- every call is recorded in the ledger (and, through it, in the job's usage
+- ``build``: the context engine builds the call from the run context's
+  state (the kill switch may stop it); the context adopts the state the
+  engine rebuilt;
+- ``reserve``: the call's tokens are reserved from the job's budget before
+  it is sent (``BudgetExceeded`` stops it);
+- ``call``: the provider answers;
+- ``settle``: the reservation is settled with the provider's usage (also
+  when the call failed);
+- ``record``: the call goes into the ledger (and, through it, the job's usage
   and its ``model.called`` event) with its latency, the bytes of the tool
   results it delivered and the size of the working state;
-- a malformed tool call (arguments that are not JSON, an unknown tool,
-  arguments that do not fit the tool) goes back to the model as a tool error,
-  at most ``max_tool_errors`` times in a run; past that the run fails. A tool
-  that refuses its input (``ToolRefused``: an unknown artifact, a bad path)
-  counts the same way;
-- a tool that ends the run (``ends_run``: it spawned children and the task
-  now waits for them, or it delivered the run's result) ends it after its
-  batch of calls; ``AgentOutcome.ended_by`` names it.
-
-``on_step`` is called with the working state after each model response,
-before its tools run: the task's checkpoint (and its chance to stop a run
-whose lease was lost). Tools may update ``AgentLoop.state`` as they go.
+- ``act``: the answer ends the run, or its tool calls run, each handed the
+  run context and returning a typed ``ToolResult`` whose refs the context
+  keeps. A malformed call (arguments that are not JSON, an unknown tool,
+  arguments that do not fit) or one a tool refuses goes back to the model as
+  an error, at most ``max_tool_errors`` times in a run; past that the run
+  fails. A result that ``ends_run`` (the task spawned children and waits for
+  them, or delivered its result) ends it after its batch; later calls of the
+  batch are not made; ``AgentOutcome.ended_by`` names the tool;
+- ``checkpoint``: the run context saves its state (and the task gets its
+  chance to stop a run whose lease was lost). A run a tool ended is not
+  checkpointed here: a tool that hands the task off checkpoints before it
+  does, since the handoff ends the claim.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import pydantic
+from shared_state import Reservation, TokenBudget
 
-from shared_state import NotFound, TokenBudget
-
-from .context import (
-    CallLedger,
-    ContextEngine,
-    ContextRequest,
-    Message,
-    ToolCall,
-    ToolSpec,
-    WorkingState,
-)
-from .errors import ToolRefused
-from .llm import Provider
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the model may call: its schema, its argument model and what it does."""
-
-    spec: ToolSpec
-    arguments: type[pydantic.BaseModel]
-    run: Callable[[Any], str]
-    ends_run: bool = False
-
-    @classmethod
-    def of(
-        cls,
-        name: str,
-        description: str,
-        arguments: type[pydantic.BaseModel],
-        run: Callable,
-        *,
-        phases: Iterable[str] = (),
-        ends_run: bool = False,
-    ) -> Tool:
-        schema = arguments.model_json_schema()
-        return cls(ToolSpec(name, description, schema, frozenset(phases)), arguments, run, ends_run)
-
-
-class ToolBox:
-    def __init__(self, tools: Sequence[Tool]) -> None:
-        self.tools = {t.spec.name: t for t in tools}
-        if len(self.tools) != len(tools):
-            names = [t.spec.name for t in tools]
-            twice = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"tool names must be unique; given twice: {', '.join(twice)}")
-
-    def specs(self) -> list[ToolSpec]:
-        return [t.spec for t in self.tools.values()]
-
-    def call(self, call: ToolCall, phase: str = "") -> tuple[str, bool]:
-        """The tool's result, or an error the model can act on; and whether it ran."""
-        if call.invalid:
-            return f"error: tool call {call.name!r} rejected: {call.invalid}", False
-        tool = self.tools.get(call.name)
-        offered = [n for n, t in self.tools.items() if not t.spec.phases or phase in t.spec.phases]
-        if tool is None or call.name not in offered:
-            known = ", ".join(sorted(offered))
-            return f"error: no tool {call.name!r} in phase {phase!r}; available: {known}", False
-        try:
-            arguments = tool.arguments.model_validate(call.arguments)
-        except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
-            )
-            return f"error: bad arguments for {call.name}: {problems}", False
-        try:
-            return tool.run(arguments), True
-        except (ToolRefused, NotFound) as exc:
-            return f"error: {call.name}: {exc}", False
-
-    def ends_run(self, name: str) -> bool:
-        tool = self.tools.get(name)
-        return tool is not None and tool.ends_run
+from .context import CallLedger, ContextEngine, ContextRequest, Message, Prompt
+from .llm import ModelResponse, Provider
+from .run_context import RunContext
+from .tools import ToolBox, ToolResult
 
 
 @dataclass(frozen=True)
@@ -121,9 +55,8 @@ class AgentOutcome:
     answer: str
     reason: str
     steps: int
-    state: WorkingState
     history: list[Message] = field(default_factory=list)
-    ended_by: str = ""  # the ends_run tool that ended the run, if one did
+    ended_by: str = ""  # the tool whose result ended the run, if one did
 
 
 class AgentLoop:
@@ -132,103 +65,128 @@ class AgentLoop:
         provider: Provider,
         engine: ContextEngine,
         tools: ToolBox,
+        context: RunContext,
         *,
         ledger: CallLedger,
         budget: TokenBudget | None = None,
         limits: AgentLimits | None = None,
-        on_step: Callable[[WorkingState], None] | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
         self.tools = tools
+        self.context = context
         self.ledger = ledger
         self.budget = budget
         self.limits = limits or AgentLimits()
-        self.on_step = on_step
-        self.state: WorkingState | None = None
+        self.history: list[Message] = []
+        self.tool_errors = 0
+        self.last_error = ""
+        self.delivered = 0  # bytes of the tool results the next call carries to the model
 
-    def run(
-        self,
-        system: str,
-        state: WorkingState,
-        history: Sequence[Message],
-        *,
-        reference: str = "",
-    ) -> AgentOutcome:
-        history, tool_errors, last_error = list(history), 0, ""
-        self.state = state
-        delivered = 0  # bytes of the tool results the next call carries to the model
+    def run(self, system: str, history: Sequence[Message], *, reference: str = "") -> AgentOutcome:
+        self.history, self.tool_errors, self.last_error = list(history), 0, ""
+        self.delivered = 0
         for step in range(1, self.limits.max_steps + 1):
-            prompt = self.engine.build(
-                ContextRequest(
-                    system=system,
-                    tools=self.tools.specs(),
-                    state=self.state,
-                    history=history,
-                    reference=reference,
-                )
-            )
-            history, self.state = list(prompt.history), prompt.state
-            wanted = prompt.total_tokens + self.limits.max_output_tokens
-            # BudgetExceeded: the call is never sent.
-            held = self.budget.reserve(wanted) if self.budget is not None else None
-            used = 0
-            started = time.perf_counter()
+            prompt = self.build(system, reference)
+            held = self.reserve(prompt)
+            response: ModelResponse | None = None
             try:
-                response = self.provider.complete(
-                    prompt.messages, prompt.tools, max_tokens=self.limits.max_output_tokens
-                )
-                used = response.usage.input_tokens + response.usage.output_tokens
-                latency_ms = (time.perf_counter() - started) * 1000
+                response, latency_ms = self.call(prompt)
             finally:
-                if self.budget is not None and held is not None:
-                    self.budget.settle(held, used)
-            self.ledger.record_prompt(
-                prompt,
-                step=step,
-                input_tokens=response.usage.input_tokens,
-                output_tokens=response.usage.output_tokens,
-                cached_tokens=response.usage.cached_tokens,
-                tool=",".join(c.name for c in response.tool_calls),
-                tool_result_bytes=delivered,
-                latency_ms=latency_ms,
-            )
-            delivered = 0
-            history.append(response.message())
-            if self.on_step is not None:
-                self.on_step(self.state)
-            if not response.tool_calls:
-                return self._outcome(True, response.text, "answered", step, history)
-            ended_by = ""
-            for call in response.tool_calls:
-                if ended_by:
-                    # The run is over: later calls of the batch are not made.
-                    result, ran = f"error: not run; {ended_by} ended this run", True
-                else:
-                    result, ran = self.tools.call(call, self.state.phase)
-                    if ran and self.tools.ends_run(call.name):
-                        ended_by = call.name
-                history.append(
-                    Message(role="tool", content=result, tool_call_id=call.id, name=call.name)
-                )
-                delivered += len(result.encode())
-                if not ran:
-                    tool_errors, last_error = tool_errors + 1, result
-            if ended_by:
-                outcome = self._outcome(True, "", f"ended by {ended_by}", step, history)
-                outcome.ended_by = ended_by
+                self.settle(held, response)
+            self.record(step, prompt, response, latency_ms)
+            outcome = self.act(step, response)
+            if outcome is None or not outcome.ended_by:
+                self.checkpoint()
+            if outcome is not None:
                 return outcome
-            if tool_errors > self.limits.max_tool_errors:
-                reason = (
-                    f"the model made {tool_errors} invalid tool calls "
-                    f"(limit {self.limits.max_tool_errors}); last: {last_error}"
-                )
-                return self._outcome(False, "", reason, step, history)
-        reason = f"no answer within {self.limits.max_steps} steps"
-        return self._outcome(False, "", reason, self.limits.max_steps, history)
+        return self._outcome(False, f"no answer within {self.limits.max_steps} steps")
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def build(self, system: str, reference: str) -> Prompt:
+        prompt = self.engine.build(
+            ContextRequest(
+                system=system,
+                tools=self.tools.specs(),
+                state=self.context.state,
+                history=self.history,
+                reference=reference,
+            )
+        )
+        self.history = list(prompt.history)
+        self.context.adopt(prompt.state)
+        return prompt
+
+    def reserve(self, prompt: Prompt) -> Reservation | None:
+        """Hold the call's tokens in the job's budget (``BudgetExceeded``: it is never sent)."""
+        if self.budget is None:
+            return None
+        return self.budget.reserve(prompt.total_tokens + self.limits.max_output_tokens)
+
+    def call(self, prompt: Prompt) -> tuple[ModelResponse, float]:
+        """The model's response, and how long it took (ms)."""
+        started = time.perf_counter()
+        response = self.provider.complete(
+            prompt.messages, prompt.tools, max_tokens=self.limits.max_output_tokens
+        )
+        return response, (time.perf_counter() - started) * 1000
+
+    def settle(self, held: Reservation | None, response: ModelResponse | None) -> None:
+        """Give back what the call did not use (all of it, when it failed)."""
+        if self.budget is None or held is None:
+            return
+        used = response.usage.input_tokens + response.usage.output_tokens if response else 0
+        self.budget.settle(held, used)
+
+    def record(self, step: int, prompt: Prompt, response: ModelResponse, latency_ms: float) -> None:
+        self.ledger.record_prompt(
+            prompt,
+            step=step,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            cached_tokens=response.usage.cached_tokens,
+            tool=",".join(c.name for c in response.tool_calls),
+            tool_result_bytes=self.delivered,
+            latency_ms=latency_ms,
+        )
+        self.delivered = 0
+
+    def act(self, step: int, response: ModelResponse) -> AgentOutcome | None:
+        """Answer, or run the response's tool calls; the outcome if the run is over."""
+        self.history.append(response.message())
+        if not response.tool_calls:
+            return self._outcome(True, "answered", answer=response.text, steps=step)
+        self.context.step = step
+        ended_by = ""
+        for call in response.tool_calls:
+            if ended_by:
+                result = ToolResult(content=f"error: not run; {ended_by} ended this run")
+            else:
+                result = self.tools.call(call, self.context)
+                if result.ends_run:
+                    ended_by = call.name
+            for ref in result.refs:
+                self.context.keep(ref)
+            self.history.append(result.message(call))
+            self.delivered += len(result.content.encode())
+            if result.error:
+                self.tool_errors, self.last_error = self.tool_errors + 1, result.content
+        if ended_by:
+            return self._outcome(True, f"ended by {ended_by}", steps=step, ended_by=ended_by)
+        if self.tool_errors > self.limits.max_tool_errors:
+            reason = (
+                f"the model made {self.tool_errors} invalid tool calls "
+                f"(limit {self.limits.max_tool_errors}); last: {self.last_error}"
+            )
+            return self._outcome(False, reason, steps=step)
+        return None
+
+    def checkpoint(self) -> None:
+        self.context.checkpoint()
 
     def _outcome(
-        self, ok: bool, answer: str, reason: str, steps: int, history: list[Message]
+        self, ok: bool, reason: str, *, answer: str = "", steps: int = 0, ended_by: str = ""
     ) -> AgentOutcome:
-        assert self.state is not None
-        return AgentOutcome(ok, answer, reason, steps, self.state, history)
+        steps = steps or self.limits.max_steps
+        return AgentOutcome(ok, answer, reason, steps, self.history, ended_by)

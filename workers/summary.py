@@ -3,9 +3,12 @@
 A subagent's answer comes back condensed, never as its transcript. The cap
 (default 1,500 tokens) holds for the whole rendered summary: an answer over
 it is stored whole as an artifact the summary points to, then condensed once
-more by the model; if that is still over (or the call fails), it is cut.
+more by the summary model (when the fleet has one: ``--summary-model``); if
+that is still over (or the call fails, or there is no summary model), it is
+cut.
 Refs that would leave less than half the cap for text are kept only in the
-stored whole. Exact material (code, tables) travels as artifact refs.
+stored whole. Exact material (code, tables) travels as typed artifact refs,
+rendered as handles only where the summary is shown.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from shared_state import ArtifactSink, Trust
+from shared_state import ArtifactRef, ArtifactSink, Trust
 
 from .context import Tokenizer
 
@@ -30,17 +33,21 @@ class Summary(BaseModel):
     name: str
     kind: Literal["task", "subagent"]
     text: str
-    refs: tuple[str, ...] = ()  # artifact handles, one line each
+    refs: tuple[ArtifactRef, ...] = ()
     cap: int
     tokens: int = 0  # of render(), always <= cap
     condensed: bool = False
     full_text: str = ""  # artifact id of the whole answer (and refs), when it did not fit
 
     def render(self) -> str:
-        refs = "\n".join(self.refs)
+        refs = self.refs_text()
         return f"{self.kind} {self.name} ({self.task_id}):\n{self.text}" + (
             f"\nrefs:\n{refs}" if refs else ""
         )
+
+    def refs_text(self) -> str:
+        """The refs as the model reads them: one handle a line."""
+        return "\n".join(r.handle() for r in self.refs)
 
 
 def capped(
@@ -59,7 +66,7 @@ def capped(
     if (done := fits(draft)) is not None:
         return done
     full = sink.put(
-        draft.text + ("\nrefs:\n" + "\n".join(draft.refs) if draft.refs else ""),
+        draft.text + ("\nrefs:\n" + draft.refs_text() if draft.refs else ""),
         kind="text",
         title=f"full answer of {draft.kind} {draft.name}",
         source=f"task:{draft.task_id}",

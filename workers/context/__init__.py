@@ -17,13 +17,13 @@ from .messages import Message, ToolCall, turns
 from .metrics import PRICES, CallLedger, CallRecord, Price, price_of
 from .strategies import (
     ContextStrategy,
-    ExtractiveSummarizer,
     Hybrid,
     Naive,
     Redfleet,
     RollingSummary,
     SlidingWindow,
 )
+from .summarizers import ExtractiveSummarizer, Summarized, Summarizer
 from .tokens import ENCODING_FOR_MODEL, Tokenizer, tokenizer_for
 from .working_state import Decision, Fact, WorkingState
 
@@ -56,6 +56,8 @@ __all__ = [
     "Slot",
     "SlotBudget",
     "StateBudget",
+    "Summarized",
+    "Summarizer",
     "Tokenizer",
     "ToolCall",
     "ToolSpec",

@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shared_state import ArtifactSink, Trust
+from shared_state import ArtifactRef, ArtifactSink, Trust
 
 from ..errors import StateCompactionStuck
 from .budgets import StateBudget
@@ -51,7 +51,8 @@ def _size(tok: Tokenizer, entries: Sequence[Any]) -> int:
 
 
 def _line(entry: Any) -> str:
-    return json.dumps(_plain(entry))
+    """An entry as the rendered state shows it (an artifact: its handle), for its size."""
+    return json.dumps(entry.handle() if isinstance(entry, ArtifactRef) else _plain(entry))
 
 
 def _oldest(tok: Tokenizer, entries: Sequence[Any], budget: int) -> int:
@@ -87,7 +88,10 @@ def _notes(tok: Tokenizer, state: WorkingState, budget: int) -> tuple[int, int]:
 
 
 def _plain(entry: Any) -> Any:
-    return entry if isinstance(entry, str) else entry.model_dump()
+    if isinstance(entry, ArtifactRef):
+        # Typed in the index too; the preview is left to the artifact itself.
+        return entry.model_dump(mode="json", exclude={"preview"})
+    return entry if isinstance(entry, str) else entry.model_dump(mode="json")
 
 
 def _index(

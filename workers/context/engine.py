@@ -41,7 +41,7 @@ from .budgets import DEFAULT_BUDGETS, ContextBudgets, Overflow, Slot
 from .compaction import fit, state_tokens
 from .identifiers import extract
 from .messages import Message, ToolCall, turns
-from .stubs import CLEARED_PREFIX, CUT_MARK, Reduced
+from .stubs import Reduced
 from .tokens import MESSAGE_OVERHEAD, Tokenizer, tokenizer_for
 from .working_state import WorkingState
 
@@ -129,7 +129,7 @@ def _fresh(history: Sequence[Message]) -> set[int]:
 
 def _is_reduced(message: Message) -> bool:
     """Already cleared or cut: its full text is in an artifact."""
-    return message.content.startswith(CLEARED_PREFIX) or CUT_MARK in message.content
+    return message.reduced != ""
 
 
 def _shares(sizes: dict[int, int], budget: int) -> dict[int, int]:
@@ -375,7 +375,7 @@ class ContextEngine:
             shown, hidden = stubs.bounded(self.tok, rest, self.budgets.stub_identifiers)
             call = stubs.reader_call(reduced.ref, offered, kept_lines + 1, reduced.lines)
             mark = stubs.cut(reduced, kept_lines, shown, hidden, call)
-            out[i] = result.model_copy(update={"content": head + mark})
+            out[i] = result.model_copy(update={"content": head + mark, "reduced": "cut"})
             state = state.record_dropped(f"{n} (in {reduced.ref.id})" for n in hidden)
             actions.append(
                 f"tool result {result.tool_call_id} cut to {kept_lines} of {reduced.lines} lines "
@@ -401,7 +401,7 @@ class ContextEngine:
             for i, m in enumerate(history)
             if m.is_tool_result
             and i not in fresh
-            and not m.content.startswith(CLEARED_PREFIX)
+            and m.reduced != "cleared"
             and m.name not in policy.exclude_tools
         ]
         calls = {c.id: c for m in history for c in m.tool_calls}
@@ -418,7 +418,10 @@ class ContextEngine:
             )
             call = stubs.reader_call(reduced.ref, offered, 1, reduced.lines)
             stub = result.model_copy(
-                update={"content": stubs.cleared(reduced, shown, hidden, call)}
+                update={
+                    "content": stubs.cleared(reduced, shown, hidden, call),
+                    "reduced": "cleared",
+                }
             )
             freed += self.tok.count_message(result) - self.tok.count_message(stub)
             plan.append((i, stub, hidden, reduced))

@@ -9,6 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 Role = Literal["system", "user", "assistant", "tool"]
+# How much of a tool result is left in its message: all of it (""), a head ("cut": the
+# whole is in an artifact its text names) or only a stub ("cleared"). Never sent.
+Reduction = Literal["", "cut", "cleared"]
 
 
 class ToolCall(BaseModel):
@@ -32,6 +35,7 @@ class Message(BaseModel):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # on a tool result: the call it answers
     name: str | None = None  # on a tool result: the tool's name
+    reduced: Reduction = ""  # on a tool result: set when its full text went into an artifact
 
     @property
     def is_tool_result(self) -> bool:

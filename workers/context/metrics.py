@@ -57,6 +57,7 @@ class CallRecord:
     prefix_hash: str
     bust: str = ""  # cause of a cache bust, "" if none
     kind: str = "step"  # "step" or "compaction" (a summarizing call)
+    model: str = ""  # the model that served the call, when not the ledger's (a summary model)
 
     def cost_usd(self, price: Price) -> float:
         fresh = self.input_tokens - self.cached_tokens
@@ -108,6 +109,8 @@ class CallLedger:
 
     With a ``job`` sink, every call is also added to the job's totals in Redis,
     its step metrics (tool, tool-result and state bytes, latency) in its event.
+    A call to another model than the ledger's (a summary model) is priced at
+    that model's prices and names it in its event.
     ``tool_result_bytes`` is what the call delivered: the bytes of the tool
     results the model reads in it (those of the previous step's calls).
     """
@@ -117,22 +120,28 @@ class CallLedger:
     calls: list[CallRecord] = field(default_factory=list)
     _last_blocks: list[Block] = field(default_factory=list)
 
+    def _price(self, record: CallRecord) -> Price:
+        return price_of(record.model or self.model)
+
     def _add(self, record: CallRecord) -> CallRecord:
         self.calls.append(record)
         if self.job is not None:
+            event: dict[str, str | int] = {
+                "tool": record.tool,
+                "tool_result_bytes": record.tool_result_bytes,
+                "state_bytes": record.state_bytes,
+                "latency_ms": round(record.latency_ms),
+                "prefix_tokens": record.prefix_tokens,
+            }
+            if record.model:
+                event["model"] = record.model
             self.job.record(
                 input_tokens=record.input_tokens,
                 cached_tokens=record.cached_tokens,
                 output_tokens=record.output_tokens,
-                cost_usd=record.cost_usd(price_of(self.model)),
+                cost_usd=record.cost_usd(self._price(record)),
                 compaction=record.kind == "compaction",
-                event={
-                    "tool": record.tool,
-                    "tool_result_bytes": record.tool_result_bytes,
-                    "state_bytes": record.state_bytes,
-                    "latency_ms": round(record.latency_ms),
-                    "prefix_tokens": record.prefix_tokens,
-                },
+                event=event,
             )
         return record
 
@@ -168,8 +177,13 @@ class CallLedger:
         )
         return self._add(record)
 
-    def record_compaction(self, *, step: int, input_tokens: int, output_tokens: int) -> None:
-        """A summarizing call made to compact a context (its cost counts too)."""
+    def record_compaction(
+        self, *, step: int, input_tokens: int, output_tokens: int, model: str = ""
+    ) -> None:
+        """A summarizing call made to compact a context (its cost counts too).
+
+        ``model``: the model that made it, when not the ledger's (a summary model).
+        """
         self._add(
             CallRecord(
                 step=step,
@@ -183,16 +197,16 @@ class CallLedger:
                 latency_ms=0.0,
                 prefix_hash="",
                 kind="compaction",
+                model=model,
             )
         )
 
     def totals(self) -> dict[str, float]:
-        price = price_of(self.model)
         steps = [c for c in self.calls if c.kind == "step"]
         input_tokens = sum(c.input_tokens for c in self.calls)
         cached = sum(c.cached_tokens for c in self.calls)
         output = sum(c.output_tokens for c in self.calls)
-        cost = sum(c.cost_usd(price) for c in self.calls)
+        cost = sum(c.cost_usd(self._price(c)) for c in self.calls)
         return {
             "calls": len(self.calls),
             "total_input_tokens": input_tokens,

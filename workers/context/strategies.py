@@ -6,16 +6,16 @@
     hybrid           window + summary + the model's key notes
     redfleet         the context engine (slots, clearing, working state)
 
-The summaries of the baselines are made by ``ExtractiveSummarizer``, a
-deterministic stand-in for a summarizing model call (labelled as such): it
-keeps the first sentence of each message up to a token cap, and each use is
-recorded as a compaction call with its input and output tokens, so its cost
-counts.
+The summaries of the baselines are made by a ``Summarizer``: by default
+``ExtractiveSummarizer``, a deterministic stand-in for a summarizing model
+call (labelled as such), or a real call to a cheaper model
+(``workers.llm.ModelSummarizer``). Each summary is listed in ``compactions``
+with its input and output tokens (and its model), for the caller to record as
+a compaction call, so its cost counts.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,27 +25,15 @@ from shared_state import ArtifactSink
 from .budgets import DEFAULT_BUDGETS, ContextBudgets, Slot
 from .engine import Block, ContextEngine, ContextRequest, Prompt, ToolSpec
 from .messages import Message, turns
+from .summarizers import ExtractiveSummarizer, Summarized, Summarizer
 from .tokens import Tokenizer, tokenizer_for
 
 
 class ContextStrategy(Protocol):
     name: str
-    compactions: list[tuple[int, int]]  # (input tokens, output tokens) of summarizing calls
+    compactions: list[Summarized]  # the summarizing calls made since the caller last looked
 
     def build(self, request: ContextRequest) -> Prompt: ...
-
-
-class ExtractiveSummarizer:
-    """Deterministic stand-in for a summarizing model call: first sentences, capped."""
-
-    def __init__(self, tokenizer: Tokenizer, max_tokens: int) -> None:
-        self.tok = tokenizer
-        self.max_tokens = max_tokens
-
-    def summarize(self, previous: str, messages: Sequence[Message]) -> str:
-        firsts = [re.split(r"(?<=[.!?])\s", m.text(), maxsplit=1)[0][:300] for m in messages]
-        text = (previous + "\n" + "\n".join(f for f in firsts if f)).strip()
-        return self.tok.truncate(text, self.max_tokens)
 
 
 def _blocks(
@@ -78,7 +66,7 @@ def _prompt(tok: Tokenizer, request: ContextRequest, context: Sequence[str], his
 @dataclass
 class Naive:
     name: str = "naive"
-    compactions: list[tuple[int, int]] = field(default_factory=list)
+    compactions: list[Summarized] = field(default_factory=list)
     tok: Tokenizer = field(default_factory=tokenizer_for)
 
     def build(self, request: ContextRequest) -> Prompt:
@@ -91,7 +79,7 @@ class SlidingWindow:
 
     window: int = 4
     name: str = "sliding_window"
-    compactions: list[tuple[int, int]] = field(default_factory=list)
+    compactions: list[Summarized] = field(default_factory=list)
     tok: Tokenizer = field(default_factory=tokenizer_for)
 
     def build(self, request: ContextRequest) -> Prompt:
@@ -101,19 +89,23 @@ class SlidingWindow:
 
 @dataclass
 class RollingSummary:
-    """Past ``threshold`` tokens of history, all but the last ``keep`` turns are summarized."""
+    """Past ``threshold`` tokens of history, all but the last ``keep`` turns are summarized.
+
+    By ``summarizer`` when one is given (a cheaper model), else extractively.
+    """
 
     threshold: int = 20_000
     keep: int = 3
     summary_tokens: int = 1_500
     name: str = "rolling_summary"
-    compactions: list[tuple[int, int]] = field(default_factory=list)
+    compactions: list[Summarized] = field(default_factory=list)
     tok: Tokenizer = field(default_factory=tokenizer_for)
+    summarizer: Summarizer | None = None
     _summary: str = ""
     _summarized: int = 0  # how many leading turns the summary covers
 
-    def _summarizer(self) -> ExtractiveSummarizer:
-        return ExtractiveSummarizer(self.tok, self.summary_tokens)
+    def _summarizer(self) -> Summarizer:
+        return self.summarizer or ExtractiveSummarizer(self.tok)
 
     def _recent(self, request: ContextRequest) -> list[Message]:
         grouped = turns(list(request.history))
@@ -121,14 +113,9 @@ class RollingSummary:
         if self.tok.count_messages([m for t in live for m in t]) > self.threshold:
             evicted = live[: -self.keep]
             flat = [m for t in evicted for m in t]
-            before = self._summary
-            self._summary = self._summarizer().summarize(self._summary, flat)
-            self.compactions.append(
-                (
-                    self.tok.count(before) + self.tok.count_messages(flat),
-                    self.tok.count(self._summary),
-                )
-            )
+            summarized = self._summarizer().summarize(self._summary, flat, self.summary_tokens)
+            self._summary = summarized.text
+            self.compactions.append(summarized)
             self._summarized += len(evicted)
             live = live[len(evicted) :]
         return [m for t in live for m in t]
@@ -167,7 +154,7 @@ class Redfleet:
 
     def __init__(self, sink: ArtifactSink, budgets: ContextBudgets = DEFAULT_BUDGETS) -> None:
         self.engine = ContextEngine(sink, budgets=budgets)
-        self.compactions: list[tuple[int, int]] = []
+        self.compactions: list[Summarized] = []
 
     def build(self, request: ContextRequest) -> Prompt:
         return self.engine.build(request)

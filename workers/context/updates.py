@@ -55,14 +55,16 @@ def changes(before: WorkingState, after: WorkingState) -> list[str] | None:
                 lines.append(f"+ {label}: {entry.text} (source: {entry.source or '-'})")
             elif name == "decisions":
                 lines.append(f"+ {label}: {entry.text}")
+            elif name == "artifacts":
+                lines.append(f"+ {label}: {entry.handle()}")
             else:
                 lines.append(f"+ {label}: {entry}")
     for counter, value in after.progress.items():
         if before.progress.get(counter) != value:
             lines.append(f"progress.{counter} = {value}")
-    for name, artifact_id in after.refs.items():
-        if before.refs.get(name) != artifact_id:
-            lines.append(f"refs.{name} = {artifact_id}")
+    for name, ref in after.refs.items():
+        if before.refs.get(name) != ref:
+            lines.append(f"refs.{name} = {ref.id}")
     opened = [q for q in after.open_questions if q not in before.open_questions]
     closed = [q for q in before.open_questions if q not in after.open_questions]
     lines += [f"+ open question: {q}" for q in opened]

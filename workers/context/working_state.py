@@ -7,7 +7,9 @@ record of what left the context (``dropped``) are updated in code; only
 decisions, open questions, facts and the next action come from the model
 (through its ``note`` tool, ``tools.notes``), each with the step and source
 it came from. Every change returns a new version (immutable), so a
-checkpoint is the state itself.
+checkpoint is the state itself. Artifacts are typed ``ArtifactRef``s, here
+and in the checkpoint; ``render`` is the one place they become text (a
+handle, a named ref's id), when a prompt is built.
 
 Every part is bounded (``compaction.fit`` archives the oldest entries of a
 part over its budget into the ``index`` artifact, leaving their count).
@@ -66,12 +68,12 @@ class WorkingState(BaseModel):
     said: tuple[str, ...] = ()  # the user's turns, verbatim
     phase: str = "start"
     progress: dict[str, int] = Field(default_factory=dict)
-    refs: dict[str, str] = Field(default_factory=dict)  # named artifact ids: "features" -> a-...
+    refs: dict[str, ArtifactRef] = Field(default_factory=dict)  # named artifacts: "features"
     decisions: tuple[Decision, ...] = ()
     open_questions: tuple[str, ...] = ()
     facts: tuple[Fact, ...] = ()
     next_action: str = ""
-    artifacts: tuple[str, ...] = ()  # handles, one line each
+    artifacts: tuple[ArtifactRef, ...] = ()  # what the task made or rolled away, oldest first
     identifiers: tuple[str, ...] = ()  # from reduced results and rolled turns, oldest first
     dropped: tuple[str, ...] = ()  # what left the context, each with the artifact holding it
     archived: dict[str, int] = Field(default_factory=dict)  # entries moved into ``index``, by part
@@ -93,14 +95,19 @@ class WorkingState(BaseModel):
             return self
         return self._next(progress={**self.progress, counter: value})
 
-    def with_ref(self, name: str, artifact_id: str) -> WorkingState:
-        if self.refs.get(name) == artifact_id:
+    def with_ref(self, name: str, ref: ArtifactRef) -> WorkingState:
+        if self.refs.get(name) == ref:
             return self
-        return self._next(refs={**self.refs, name: artifact_id})
+        return self._next(refs={**self.refs, name: ref})
 
     def add_artifact(self, ref: ArtifactRef) -> WorkingState:
-        handle = ref.handle()
-        return self if handle in self.artifacts else self._next(artifacts=(*self.artifacts, handle))
+        if any(r.id == ref.id for r in self.artifacts):
+            return self  # the same content (ids are content hashes): listed once
+        return self._next(artifacts=(*self.artifacts, ref))
+
+    def of_kind(self, kind: str) -> list[ArtifactRef]:
+        """The artifacts of one kind, oldest first."""
+        return [r for r in self.artifacts if r.kind == kind]
 
     def pin_said(self, turns: Iterable[str]) -> WorkingState:
         """Pin what the user said, verbatim (``compaction.fit`` keeps it within budget)."""
@@ -146,8 +153,13 @@ class WorkingState(BaseModel):
     # -- rendering ------------------------------------------------------------------------
 
     def render(self) -> str:
-        """A stable, compact text for the prompt (same state, same bytes)."""
+        """A stable, compact text for the prompt (same state, same bytes).
+
+        An artifact shows as its one-line handle, a named ref as its id.
+        """
         shown = {n for n in RENDERED if n in ("goal", "phase") or getattr(self, n)}
-        plain = self.model_dump(mode="json", include=shown)
+        plain = self.model_dump(mode="json", include=shown - {"artifacts", "refs"})
+        plain["artifacts"] = [r.handle() for r in self.artifacts]
+        plain["refs"] = {name: r.id for name, r in self.refs.items()}
         ordered = {n: plain[n] for n in RENDERED if n in shown}
         return f"WORKING STATE (v{self.version})\n{json.dumps(ordered, indent=0)}"

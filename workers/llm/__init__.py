@@ -4,12 +4,21 @@ from .anthropic import AnthropicProvider
 from .base import HttpJson, ModelResponse, Provider, RetryPolicy, TokenUsage
 from .choice import ProviderChoice, ProviderName
 from .openai import OpenAIProvider
-from .scripted import Scenario, ScriptedCall, ScriptedProvider, ScriptedStep, load_scenario
+from .scripted import (
+    Scenario,
+    ScriptedCall,
+    ScriptedProvider,
+    ScriptedStep,
+    ScriptedSummaryModel,
+    load_scenario,
+)
+from .summarizer import ModelSummarizer
 
 __all__ = [
     "AnthropicProvider",
     "HttpJson",
     "ModelResponse",
+    "ModelSummarizer",
     "OpenAIProvider",
     "Provider",
     "ProviderChoice",
@@ -19,6 +28,7 @@ __all__ = [
     "ScriptedCall",
     "ScriptedProvider",
     "ScriptedStep",
+    "ScriptedSummaryModel",
     "TokenUsage",
     "load_scenario",
 ]

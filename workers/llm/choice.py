@@ -4,6 +4,10 @@ Set with ``redfleet up --provider ... --model ... --base-url ...`` (or the
 ``REDFLEET_PROVIDER``, ``REDFLEET_MODEL``, ``REDFLEET_BASE_URL`` and
 ``REDFLEET_SCRIPT`` variables); API keys come from ``OPENAI_API_KEY`` and
 ``ANTHROPIC_API_KEY``. Each task gets its own provider instance.
+
+``--summary-model`` (``REDFLEET_SUMMARY_MODEL``) names a second, cheaper model
+of the same provider for summaries (compactions); without one, no model is
+called for them. With the scripted provider it is ``ScriptedSummaryModel``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from .anthropic import AnthropicProvider
 from .base import Provider
 from .openai import OpenAIProvider
-from .scripted import ScriptedProvider, load_scenario
+from .scripted import ScriptedProvider, ScriptedSummaryModel, load_scenario
 
 
 class ProviderName(StrEnum):
@@ -31,6 +35,7 @@ class ProviderChoice(BaseModel):
     model: str = ""
     base_url: str | None = None
     script: str = "demo"  # the scripted provider's scenario: a shipped name or a .json path
+    summary_model: str = ""  # the model summaries are asked of ("": none is)
 
     @model_validator(mode="after")
     def _model_given(self) -> ProviderChoice:
@@ -40,9 +45,13 @@ class ProviderChoice(BaseModel):
 
     def describe(self) -> str:
         if self.provider is ProviderName.SCRIPTED:
-            return f"scripted (replays scenario {self.script!r}; no model is called)"
+            summaries = self._summaries()
+            return f"scripted (replays scenario {self.script!r}; no model is called){summaries}"
         where = f" at {self.base_url}" if self.base_url else ""
-        return f"{self.provider.value} model {self.model}{where}"
+        return f"{self.provider.value} model {self.model}{where}{self._summaries()}"
+
+    def _summaries(self) -> str:
+        return f", summaries by {self.summary_model}" if self.summary_model else ""
 
     def open(self, script_key: str) -> Provider:
         """A provider for one task; ``script_key`` picks the scripted provider's script."""
@@ -51,3 +60,13 @@ class ProviderChoice(BaseModel):
         if self.provider is ProviderName.ANTHROPIC:
             return AnthropicProvider(self.model, base_url=self.base_url)
         return ScriptedProvider(load_scenario(self.script), script_key)
+
+    def open_summaries(self) -> Provider | None:
+        """A provider of the summary model, for one task; None when there is none."""
+        if not self.summary_model:
+            return None
+        if self.provider is ProviderName.OPENAI:
+            return OpenAIProvider(self.summary_model, base_url=self.base_url)
+        if self.provider is ProviderName.ANTHROPIC:
+            return AnthropicProvider(self.summary_model, base_url=self.base_url)
+        return ScriptedSummaryModel(self.summary_model)

@@ -15,6 +15,11 @@ argument ``$ref:<kind>`` is replaced by the id of the last artifact of that
 kind whose handle appears in the messages sent — the model "reads" the id
 from its context, as a real one would. Scenarios shipped with redfleet live
 in ``scripts/`` (``load_scenario("demo")``).
+
+``ScriptedSummaryModel`` stands in for a summary model (``--summary-model``
+with the scripted provider): it answers every call with the first sentence
+of each line it is asked to condense, up to the tokens allowed — the same
+answer for the same call, whatever the scenario.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
+from ..context.summarizers import ExtractiveSummarizer
 from ..context.tokens import tokenizer_for
 from ..errors import ScenarioExhausted
 from .base import ModelResponse, TokenUsage
@@ -158,3 +164,32 @@ class ScriptedProvider:
                 break
             cached += self.tok.count_message(now)
         return cached
+
+
+class ScriptedSummaryModel:
+    """A deterministic summary model: extractive answers, usage counted by the tokenizer."""
+
+    name = "scripted"
+
+    def __init__(self, model: str) -> None:
+        self.model = model  # the summary model's name, as configured
+        self.tok = tokenizer_for()
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
+    ) -> ModelResponse:
+        asked = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        lines = [Message(role="user", content=line) for line in asked.splitlines() if line]
+        text = ExtractiveSummarizer(self.tok).summarize("", lines, max_tokens).text
+        return ModelResponse(
+            text=text,
+            tool_calls=(),
+            usage=TokenUsage(
+                input_tokens=self.tok.count_messages(list(messages)),
+                cached_tokens=0,
+                output_tokens=self.tok.count(text),
+            ),
+            provider=self.name,
+            model=self.model,
+            stop_reason="end_turn",
+        )

@@ -18,11 +18,12 @@ from shared_state import ArtifactNotFound, BudgetExceeded, Role
 from ..errors import AuthError, BadRequest, Blocked, ContextError, ModelNotFound, ScenarioExhausted
 from ..llm import ProviderChoice
 from ..task_run import TaskRun
-from .base import AgentTask, TaskInput
 from .coder import Coder
 from .planner import Planner
 from .reviewer import Reviewer
 from .subagent import Subagent
+from .task import AgentTask
+from .task_input import TaskInput
 
 ROLES: dict[Role, type[AgentTask]] = {
     Role.PLANNER: Planner,

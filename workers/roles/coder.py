@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from ..agent import Tool
-from .base import AgentTask, of_kind
+from ..tools import Tool
+from .file_tools import file_tools
+from .reader_tools import reader_tools
+from .subagent_tool import subagent_tool
+from .task import AgentTask
 
 SYSTEM = """You are a coder in a redfleet job.
 Read your inputs with the reader tools (the feature list is one of them), then write the
@@ -22,11 +25,11 @@ class Coder(AgentTask):
     def tools(self) -> list[Tool]:
         phases = [PHASE]
         return [
-            *self.reader_tools(
-                dict.fromkeys(["extract_fields", "read_lines", "list_workspace"], phases)
+            *reader_tools(
+                self, dict.fromkeys(["extract_fields", "read_lines", "list_workspace"], phases)
             ),
-            *self.file_tools(phases),
-            self.subagent_tool(phases, resume_at="resume"),
+            *file_tools(self, phases),
+            subagent_tool(self, phases, resume_at="resume"),
         ]
 
     def perform(self) -> None:
@@ -34,5 +37,4 @@ class Coder(AgentTask):
         if not outcome.ok:
             self.run.fail(f"coder {self.name}: {outcome.reason}", retryable=False)
         elif not outcome.ended_by:  # else it spawned subagents and waits for them
-            files = of_kind(outcome.state.artifacts, "file")
-            self.finish(outcome.answer, refs=files)
+            self.finish(outcome.answer, refs=self.context.state.of_kind("file"))

@@ -12,18 +12,23 @@ round (``review.2``).
 from __future__ import annotations
 
 import json
-import re
 
 from pydantic import BaseModel, Field
 
-from shared_state import ArtifactRef, Role, Trust
+from shared_state import Role, Trust
 
-from ..agent import Tool
 from ..context import Message
 from ..errors import ToolRefused
 from ..journal import EffectKind
-from .base import AgentTask, Brief, Spawn, TaskInput
+from ..run_context import RunContext
+from ..tools import Tool, ToolResult
+from .arguments import Brief
+from .effects import Spawn
 from .features import Feature, FeatureList, VerdictList
+from .reader_tools import reader_tools
+from .subagent_tool import subagent_tool
+from .task import AgentTask
+from .task_input import TaskInput
 
 SYSTEM = """You are the planner of a redfleet job: you turn its goal into working, reviewed code.
 plan: call write_features once (each feature: an id F1, F2, ..., a description, and an
@@ -71,142 +76,129 @@ class Planner(AgentTask):
         _, round_ = self.stage
         plan, review, report = ["plan"], ["review"], ["report"]
         return [
-            Tool.of(
+            Tool(
                 "write_features",
                 "Store the feature list (once, before dispatching coders).",
                 FeaturesArgs,
                 self._write_features,
                 phases=plan,
             ),
-            Tool.of(
+            Tool(
                 "dispatch_coders",
                 "Start coder tasks, one per brief; this task resumes when all are done.",
                 DispatchArgs,
-                lambda a: self._coders("dispatch_coders", a, round_),
+                lambda ctx, a: self._coders(ctx, "dispatch_coders", a, round_),
                 phases=plan,
-                ends_run=True,
             ),
-            self.subagent_tool(plan, resume_at="plan-resume"),
-            Tool.of(
+            subagent_tool(self, plan, resume_at="plan-resume"),
+            Tool(
                 "dispatch_reviewer",
                 "Start the reviewer on the workspace; this task resumes with its verdict.",
                 ReviewArgs,
-                lambda a: self._reviewer(a, round_),
+                lambda ctx, a: self._reviewer(ctx, a, round_),
                 phases=review,
-                ends_run=True,
             ),
-            Tool.of(
+            Tool(
                 "dispatch_fixes",
                 f"Start coders to fix failing features (at most {MAX_ROUNDS} review rounds); "
                 "then the reviewer checks again.",
                 DispatchArgs,
-                lambda a: self._fixes(a, round_),
+                lambda ctx, a: self._fixes(ctx, a, round_),
                 phases=report,
-                ends_run=True,
             ),
-            *self.reader_tools(
+            *reader_tools(
+                self,
                 {
                     "read_lines": plan + review + report,
                     "grep_artifact": plan + review,
                     "list_workspace": review + report,
                     "extract_fields": report,
-                }
+                },
             ),
         ]
 
     def feature_list(self) -> FeatureList:
-        features = self.current().refs.get("features")
+        features = self.context.state.refs.get("features")
         if features is None:
             raise ToolRefused("there is no feature list yet: call write_features first")
-        return FeatureList.model_validate_json(self.artifacts.text(features))
+        return FeatureList.model_validate_json(self.artifacts.text(features.id))
 
-    def _write_features(self, a: FeaturesArgs) -> str:
-        if "features" in self.current().refs:
+    def _write_features(self, ctx: RunContext, a: FeaturesArgs) -> ToolResult:
+        if "features" in ctx.state.refs:
             raise ToolRefused("the feature list is already written")
         try:
             features = FeatureList(goal=self.run.job.goal, features=a.features)
         except ValueError as exc:
             raise ToolRefused(str(exc)) from exc
-        ref = self._store(features)
-        return f"feature list stored: {ref.handle()}"
-
-    def _store(self, features: FeatureList) -> ArtifactRef:
-        ref = self.store(
+        ref = ctx.store(
             features.model_dump_json(indent=1),
             kind="features",
             title=f"feature list: {len(features.failing())} of {len(features.features)} open",
             trust=Trust.TRUSTED,
         )
-        self.remember(ref, "features")
-        return ref
+        ctx.keep(ref, name="features")
+        return ToolResult(content=f"feature list stored: {ref.handle()}", refs=(ref,))
 
-    def _coders(self, tool: str, a: DispatchArgs, round_: int) -> str:
-        features = self.current().refs.get("features")
+    def _coders(self, ctx: RunContext, tool: str, a: DispatchArgs, round_: int) -> ToolResult:
+        features = ctx.state.refs.get("features")
         if features is None:
             raise ToolRefused("write_features first: every coder gets the feature list")
-        verdict = self.current().refs.get("verdict")
-        extra = [verdict] if tool == "dispatch_fixes" and verdict else []
+        verdict = ctx.state.refs.get("verdict")
+        extra = [verdict.id] if tool == "dispatch_fixes" and verdict else []
         children = [
             (
                 Role.CODER,
                 TaskInput(
                     name=b.name,
                     brief=b.brief,
-                    inputs=(features, *extra, *self.check_inputs(b.inputs)),
+                    inputs=(features.id, *extra, *self.check_inputs(b.inputs)),
                 ),
             )
             for b in a.tasks
         ]
-        return self.dispatch(tool, self.wave("review", round_), children, a)
+        return self.dispatch(ctx, tool, self.wave("review", round_), children, a)
 
-    def _reviewer(self, a: ReviewArgs, round_: int) -> str:
+    def _reviewer(self, ctx: RunContext, a: ReviewArgs, round_: int) -> ToolResult:
         self.feature_list()  # there must be one
         if not self.records.files():
             raise ToolRefused("the workspace is empty: no coder wrote a file")
-        child = TaskInput(name="review", brief=a.brief, inputs=(self.current().refs["features"],))
+        child = TaskInput(name="review", brief=a.brief, inputs=(ctx.state.refs["features"].id,))
         wave = self.wave("report", round_)
-        return self.dispatch("dispatch_reviewer", wave, [(Role.REVIEWER, child)], a)
+        return self.dispatch(ctx, "dispatch_reviewer", wave, [(Role.REVIEWER, child)], a)
 
-    def _fixes(self, a: DispatchArgs, round_: int) -> str:
+    def _fixes(self, ctx: RunContext, a: DispatchArgs, round_: int) -> ToolResult:
         failing = self.feature_list().failing()
         if not failing:
             raise ToolRefused("every feature passes: answer with the report instead")
         if round_ >= MAX_ROUNDS:
             raise ToolRefused(f"no review rounds left ({MAX_ROUNDS} done): answer with the report")
-        return self._coders("dispatch_fixes", a, round_ + 1)
+        return self._coders(ctx, "dispatch_fixes", a, round_ + 1)
 
     # -- stages --------------------------------------------------------------------------
 
     def _apply_verdict(self) -> list[Message]:
         """At ``report``: mark the features from the reviewer's verdict (evidence required)."""
-        verdict_id = ""
-        for summary in self.results():
-            for handle in summary.refs:
-                if found := re.match(r"\[artifact (a-[0-9a-f]+) verdict ", handle):
-                    verdict_id = found.group(1)
-        if not verdict_id:
+        verdicts = [r for s in self.results() for r in s.refs if r.kind == "verdict"]
+        if not verdicts:
             return [Message(role="user", content="The reviewer returned no verdict.")]
-        verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_id))
-        features_id = self.working.refs["features"]
-        marked = verdict.apply(FeatureList.model_validate_json(self.artifacts.text(features_id)))
+        verdict_ref = verdicts[-1]
+        verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_ref.id))
+        marked = verdict.apply(self.feature_list())
         _, round_ = self.stage
         lines = [
             f"{f.id}: {'passes' if f.passes else 'FAILS'}"
             + (f" (evidence {', '.join(f.evidence)})" if f.evidence else "")
             for f in marked.features
         ]
-        ref = self.store(
+        ref = self.context.store(
             marked.model_dump_json(indent=1),
             kind="features",
             title=f"feature list after review round {round_}: "
             f"{len(marked.failing())} of {len(marked.features)} open",
             trust=Trust.TRUSTED,
         )
-        self.working = (
-            self.working.with_ref("features", ref.id)
-            .with_ref("verdict", verdict_id)
-            .add_artifact(ref)
-        )
+        self.context.keep(ref, name="features")
+        self.context.update(lambda s: s.with_ref("verdict", verdict_ref))
         text = f"Review round {round_} of {MAX_ROUNDS}; features now {ref.handle()}:\n"
         return [Message(role="user", content=text + "\n".join(lines))]
 
@@ -230,16 +222,17 @@ class Planner(AgentTask):
 
     def _report(self, answer: str, round_: int) -> None:
         features = self.feature_list()
+        verdict = self.context.state.refs.get("verdict")
         report = {
             "goal": self.run.job.goal,
             "rounds": round_,
             "features": [f.model_dump() for f in features.features],
-            "verdict": self.current().refs.get("verdict", ""),
+            "verdict": verdict.id if verdict else "",
             "workspace": self.records.files(),
             "report": answer,
         }
         failing = features.failing()
-        ref = self.store(
+        ref = self.context.store(
             json.dumps(report, indent=1),
             kind="report",
             title=f"final report: {len(features.features) - len(failing)} of "

@@ -12,11 +12,14 @@ from pydantic import BaseModel, Field
 
 from shared_state import Trust
 
-from ..agent import Tool
 from ..errors import ToolRefused
+from ..run_context import RunContext
 from ..sandbox import run_pytest
-from .base import AgentTask, of_kind
+from ..tools import Tool, ToolResult
 from .features import FeatureList, Verdict, VerdictList
+from .reader_tools import reader_tools
+from .subagent_tool import subagent_tool
+from .task import AgentTask
 
 SYSTEM = """You are the reviewer of a redfleet job.
 Look at the workspace, run the acceptance check of every feature with run_checks, read the
@@ -48,10 +51,10 @@ class Reviewer(AgentTask):
     def tools(self) -> list[Tool]:
         phases = [PHASE]
         return [
-            *self.reader_tools(
-                dict.fromkeys(["list_workspace", "read_lines", "grep_artifact"], phases)
+            *reader_tools(
+                self, dict.fromkeys(["list_workspace", "read_lines", "grep_artifact"], phases)
             ),
-            Tool.of(
+            Tool(
                 "run_checks",
                 "Run the acceptance checks of the given features (pytest on the workspace); "
                 "returns each exit code, a log tail and the full log's handle.",
@@ -59,15 +62,14 @@ class Reviewer(AgentTask):
                 self._run_checks,
                 phases=phases,
             ),
-            Tool.of(
+            Tool(
                 "submit_verdicts",
                 "One verdict per feature; ends the review.",
                 VerdictsArgs,
                 self._submit,
                 phases=phases,
-                ends_run=True,
             ),
-            self.subagent_tool(phases, resume_at="resume"),
+            subagent_tool(self, phases, resume_at="resume"),
         ]
 
     def features(self) -> FeatureList:
@@ -77,12 +79,13 @@ class Reviewer(AgentTask):
                 return FeatureList.model_validate_json(self.artifacts.text(artifact_id))
         raise ToolRefused("no feature list among this task's inputs")
 
-    def _run_checks(self, a: ChecksArgs) -> str:
+    def _run_checks(self, ctx: RunContext, a: ChecksArgs) -> ToolResult:
+        """Each check's exit code and log tail; the whole logs are the result's refs."""
         features = self.features()
         files = {p: self.artifacts.text(i) for p, i in self.records.files().items()}
         if not files:
             raise ToolRefused("the workspace is empty: there is nothing to check")
-        lines = []
+        lines, logs = [], []
         for feature_id in a.feature_ids:
             feature = features.get(feature_id)
             self.run.check()  # checks take a while: stop at once if the lease was lost
@@ -90,22 +93,23 @@ class Reviewer(AgentTask):
                 run = run_pytest(files, feature.check)
             except OSError as exc:  # e.g. both "a" and "a/b.py" in the workspace
                 raise ToolRefused(f"cannot lay out the workspace: {exc}") from exc
-            log = self.store(
+            log = ctx.store(
                 run.log,
                 kind="log",
                 title=f"pytest {feature.check}: exit {run.exit_code}",
                 source="reviewer:pytest",
             )
-            self.remember(log, f"check {feature_id}")
-            self.track(f"exit {feature_id}", run.exit_code)
+            logs.append(log)
+            ctx.keep(log, name=f"check {feature_id}")
+            ctx.track(f"exit {feature_id}", run.exit_code)
             tail = "\n".join(run.log.strip().splitlines()[-TAIL_LINES:])
             status = "passed" if run.passed else "FAILED"
             lines.append(f"{feature_id} ({feature.check}): {status}, exit {run.exit_code}, "
                          f"{run.seconds:.1f} s, log {log.handle()}\n{tail}")  # fmt: skip
-        return "\n\n".join(lines)
+        return ToolResult(content="\n\n".join(lines), refs=tuple(logs), reduced=True)
 
-    def _submit(self, a: VerdictsArgs) -> str:
-        features, state = self.features(), self.current()
+    def _submit(self, ctx: RunContext, a: VerdictsArgs) -> ToolResult:
+        features, state = self.features(), ctx.state
         given = {v.feature_id: v for v in a.verdicts}
         missing = [f.id for f in features.features if f.id not in given]
         if missing:
@@ -123,18 +127,18 @@ class Reviewer(AgentTask):
                 Verdict(
                     feature_id=v.feature_id,
                     passes=v.passes,
-                    evidence=[log] if log else [],
+                    evidence=[log.id] if log else [],
                     note=v.note,
                 )
             )
-        ref = self.store(
+        ref = ctx.store(
             VerdictList(verdicts=verdicts).model_dump_json(indent=1),
             kind="verdict",
             title=f"verdict: {sum(v.passes for v in verdicts)} of {len(verdicts)} pass",
             trust=Trust.TRUSTED,
         )
-        self.remember(ref, "verdict")
-        return f"verdicts recorded: {ref.handle()}"
+        ctx.keep(ref, name="verdict")
+        return ToolResult(content=f"verdicts recorded: {ref.handle()}", refs=(ref,), ends_run=True)
 
     def perform(self) -> None:
         outcome = self.drive(SYSTEM, self.tools(), PHASE, self.results_message())
@@ -143,16 +147,15 @@ class Reviewer(AgentTask):
             return
         if outcome.ended_by == "spawn_subagents":
             return
-        verdict_id = outcome.state.refs.get("verdict")
-        if verdict_id is None:
+        state = self.context.state
+        verdict_ref = state.refs.get("verdict")
+        if verdict_ref is None:
             self.run.fail("reviewer answered without submitting verdicts", retryable=False)
             return
-        verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_id))
+        verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_ref.id))
         text = "; ".join(
             f"{v.feature_id} {'passes' if v.passes else 'fails'}"
             + (f" ({v.note})" if v.note else "")
             for v in verdict.verdicts
         )
-        logs = of_kind(outcome.state.artifacts, "log")
-        handle = self.artifacts.get(verdict_id).handle()
-        self.finish(text, refs=[handle, *logs])
+        self.finish(text, refs=[verdict_ref, *state.of_kind("log")])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..agent import Tool
-from .base import AgentTask, of_kind
+from ..run_context import RunContext
+from ..tools import Tool, ToolResult
+from .reader_tools import reader_tools
+from .task import AgentTask
 
 SYSTEM = """You are a subagent in a redfleet job, working for another task.
 Read the inputs your brief names with the reader tools, find what the brief asks for, and
@@ -28,8 +30,8 @@ class Subagent(AgentTask):
         phases = [PHASE]
         readers = ["read_lines", "grep_artifact", "extract_fields", "slim"]
         return [
-            *self.reader_tools(dict.fromkeys(readers, phases)),
-            Tool.of(
+            *reader_tools(self, dict.fromkeys(readers, phases)),
+            Tool(
                 "save_note",
                 "Store exact material as an artifact; returns its handle.",
                 NoteArgs,
@@ -38,19 +40,13 @@ class Subagent(AgentTask):
             ),
         ]
 
-    def _save_note(self, a: NoteArgs) -> str:
-        ref = self.store(
-            a.content,
-            kind="note",
-            title=a.title,
-        )
-        self.remember(ref)
-        return f"saved {ref.handle()}"
+    def _save_note(self, ctx: RunContext, a: NoteArgs) -> ToolResult:
+        ref = ctx.store(a.content, kind="note", title=a.title)
+        return ToolResult(content=f"saved {ref.handle()}", refs=(ref,))
 
     def perform(self) -> None:
         outcome = self.drive(SYSTEM, self.tools(), PHASE)
         if not outcome.ok:
             self.run.fail(f"subagent {self.name}: {outcome.reason}", retryable=False)
             return
-        notes = of_kind(outcome.state.artifacts, "note")
-        self.finish(outcome.answer, refs=notes, condense=True)
+        self.finish(outcome.answer, refs=self.context.state.of_kind("note"), condense=True)

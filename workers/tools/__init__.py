@@ -1,4 +1,4 @@
-"""Tools the roles offer to the model."""
+"""Tools the roles offer to the model: one object each, typed results (``tool``)."""
 
 from .notes import ARTIFACT_ID, MAX_NOTE_CHARS, USER, Note
 from .notes import DESCRIPTION as NOTE_DESCRIPTION
@@ -12,6 +12,7 @@ from .readers import (
     read_lines,
     slim,
 )
+from .tool import Tool, ToolBox, ToolResult
 
 __all__ = [
     "ARTIFACT_ID",
@@ -20,6 +21,9 @@ __all__ = [
     "READER_TOOLS",
     "USER",
     "Note",
+    "Tool",
+    "ToolBox",
+    "ToolResult",
     "as_data",
     "extract_fields",
     "grep_artifact",

@@ -1,0 +1,272 @@
+"""What every role shares: one task run as an agent, resumed from its records.
+
+An ``AgentTask`` reads the task's records — its input artifact (brief and
+input refs), its last checkpointed working state and its journal — and
+builds the run's one ``RunContext`` from them: it owns the working state,
+the artifact sink and the journal, and every tool acts through it. The task
+settles any effect an earlier attempt left unfinished, then runs the agent
+loop with the role's tools for the current stage, and in every stage
+``note``, through which the model writes its working state's own parts
+(``tools.notes``). The loop checkpoints the context's state after every model
+response; effects outside the task go through the journal. A task that hands
+off (spawns children) ends its run and is resumed, by whichever worker, at
+the stage it named, with its children's summaries as its first message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared_state import ArtifactRef, BudgetExceeded, Role, Trust
+
+from ..agent import AgentLimits, AgentLoop, AgentOutcome
+from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
+from ..errors import ProviderError, ToolRefused
+from ..journal import EffectKind, Journal
+from ..llm import ModelSummarizer, ProviderChoice
+from ..run_context import RunContext
+from ..sandbox import workspace_path
+from ..summary import DEFAULT_CAP, Summary, capped
+from ..task_run import TaskRun
+from ..tools import (
+    ARTIFACT_ID,
+    NOTE_DESCRIPTION,
+    USER,
+    Note,
+    Tool,
+    ToolBox,
+    ToolResult,
+    as_data,
+    write_note,
+)
+from .effects import AppendFile, Spawn, WriteFile
+from .meter import Meter
+from .task_input import TaskInput
+
+
+class AgentTask:
+    """One run of one task as an agent, from its records."""
+
+    role_name: str  # the budgets' and the system prompt's role
+
+    def __init__(self, run: TaskRun, choice: ProviderChoice, worker: str) -> None:
+        self.run = run
+        self.choice = choice
+        self.worker = worker
+        self.task = run.task
+        self.artifacts = run.state.artifacts(run.task.job_id)
+        self.records = run.state.records(run.task.job_id)
+        self.tok = tokenizer_for()
+        self.input = (
+            TaskInput.model_validate_json(self.artifacts.text(self.task.input))
+            if self.task.input
+            else None
+        )
+        saved = self.records.checkpoint(self.task.task_id)
+        self.context = RunContext(
+            WorkingState.model_validate_json(saved)
+            if saved
+            else WorkingState(goal=self.input.brief if self.input else run.job.goal),
+            artifacts=self.artifacts,
+            journal=Journal(run, self.records, self.task.stage, self.effects()),
+            source=f"task:{self.task.task_id}",
+            save=self._save,
+        )
+        self.ledger = CallLedger()  # the job's, once the run has a provider (``drive``)
+
+    # -- what a role defines -------------------------------------------------------------
+
+    def perform(self) -> None:
+        """Run this stage of the task to its end: completed, failed or handed off."""
+        raise NotImplementedError
+
+    def effects(self) -> list[EffectKind]:
+        return [WriteFile(self), AppendFile(self), Spawn(self, "spawn_subagents")]
+
+    @property
+    def name(self) -> str:
+        return self.input.name if self.input else self.task.role.value
+
+    @property
+    def script_key(self) -> str:
+        """Which script a scripted provider replays for this run: role.name/stage."""
+        kind = "subagent" if self.input and self.input.kind == "subagent" else self.task.role.value
+        key = kind if not self.input else f"{kind}.{self.input.name}"
+        stage = self.task.stage.split(".")[0]  # "review.2" replays "review"
+        return f"{key}/{stage}" if stage else key
+
+    def reference(self) -> str:
+        """The task's header: stable for the whole run, so it stays in the cached prefix."""
+        lines = [
+            "TASK",
+            f"role: {self.task.role.value}",
+            f"name: {self.name}",
+            f"stage: {self.task.stage or 'start'}",
+            f"goal of the job: {self.run.job.goal}",
+        ]
+        if self.input:
+            lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
+            refs = [self.artifacts.get(i) for i in self.input.inputs]
+            if refs:
+                lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
+        return "\n".join(lines)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def drive(
+        self, system: str, tools: Sequence[Tool], phase: str, opening: Sequence[Message] = ()
+    ) -> AgentOutcome:
+        """Run the loop in ``phase`` with the role's ``tools`` and those every role offers."""
+        self.context.reconcile()
+        self.context.update(lambda s: s.with_phase(phase))
+        provider = self.choice.open(self.script_key)
+        self.ledger = CallLedger(
+            model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
+        )
+        loop = AgentLoop(
+            provider,
+            ContextEngine(self.artifacts, budgets=ROLE_BUDGETS[self.role_name]),
+            ToolBox(self.toolset(tools)),
+            self.context,
+            ledger=self.ledger,
+            budget=self.run.state.budget(self.task.job_id),
+            limits=AgentLimits(),
+        )
+        return loop.run(system, list(opening), reference=self.reference())
+
+    def _save(self, working: WorkingState) -> None:
+        self.run.check()
+        self.records.write(self.run.claim, checkpoint=working.model_dump_json())
+
+    def write_files(self, files: dict[str, str]) -> None:
+        self.run.check()
+        self.records.write(self.run.claim, files=files)
+
+    def finish(
+        self, text: str, *, refs: Sequence[ArtifactRef] = (), condense: bool = False
+    ) -> Summary:
+        """Complete the task with its Summary (an artifact; the task keeps only its id).
+
+        ``condense``: an answer over the cap is condensed by the summary model,
+        when the fleet has one, before it is cut.
+        """
+        cap = self.input.summary_cap if self.input else DEFAULT_CAP
+        kind = self.input.kind if self.input else "task"
+        draft = Summary(
+            task_id=self.task.task_id, name=self.name, kind=kind, text=text, refs=tuple(refs),
+            cap=cap,
+        )  # fmt: skip
+        summary = capped(
+            draft,
+            tok=self.tok,
+            sink=self.artifacts,
+            condense=self._condenser() if condense else None,
+        )
+        ref = self.context.store(
+            summary.model_dump_json(indent=1),
+            kind="summary",
+            title=f"{kind} {self.name}: {summary.tokens} of {cap} tokens",
+        )
+        self.run.complete(ref.id)
+        return summary
+
+    def _condenser(self) -> Callable[[str, int], str] | None:
+        """The summary model's condensing call, recorded as a compaction; None without one."""
+        provider = self.choice.open_summaries()
+        if provider is None:
+            return None
+        summarizer = ModelSummarizer(provider, budget=self.run.state.budget(self.task.job_id))
+
+        def condense(text: str, tokens: int) -> str:
+            try:
+                summarized = summarizer.condense(text, tokens)
+            except (BudgetExceeded, ProviderError):
+                return ""  # not sent, or failed: cutting, the fallback, always fits
+            self.ledger.record_compaction(
+                step=len(self.ledger.calls) + 1,
+                input_tokens=summarized.input_tokens,
+                output_tokens=summarized.output_tokens,
+                model=summarized.model,
+            )
+            return summarized.text
+
+        return condense
+
+    # -- children --------------------------------------------------------------------------
+
+    def dispatch(
+        self,
+        ctx: RunContext,
+        tool: str,
+        wave: str,
+        children: Sequence[tuple[Role, TaskInput]],
+        args: BaseModel,
+    ) -> ToolResult:
+        """Spawn children (journaled) and hand off: the task resumes at ``wave``."""
+        ctx.checkpoint()  # the handoff ends the claim: the state is saved before it
+
+        def prepare() -> dict[str, Any]:
+            specs = []
+            for role, spec in children:
+                ref = ctx.store(
+                    spec.model_dump_json(),
+                    kind="task-input",
+                    title=f"{spec.kind} {spec.name}",
+                    trust=Trust.TRUSTED,
+                )
+                specs.append({"role": role.value, "brief": spec.brief[:200], "input": ref.id})
+            return {"wave": wave, "children": specs}
+
+        done = ctx.perform(tool, wave, args.model_dump(), prepare)
+        return ToolResult(content=done, ends_run=True)
+
+    def results(self) -> list[Summary]:
+        """The summaries of the children this task waited for (the wave it resumes at)."""
+        tasks = self.run.state.tasks
+        children = tasks.children(self.task.job_id, self.task.task_id, self.task.stage)
+        return [
+            Summary.model_validate_json(self.artifacts.text(c.result)) for c in children if c.result
+        ]
+
+    def results_message(self) -> list[Message]:
+        summaries = self.results()
+        if not summaries:
+            return []
+        # Summaries are written by models that read untrusted inputs: data, not instructions.
+        body = "\n\n".join(as_data(s.task_id, Trust.UNTRUSTED, s.render()) for s in summaries)
+        return [Message(role="user", content=f"Results of the tasks you dispatched:\n\n{body}")]
+
+    def check_inputs(self, ids: Sequence[str]) -> list[str]:
+        for artifact_id in ids:
+            self.artifacts.get(artifact_id)  # ArtifactNotFound goes back to the model
+        return list(ids)
+
+    # -- the tool every role offers ------------------------------------------------------------
+
+    def toolset(self, tools: Sequence[Tool]) -> list[Tool]:
+        """The role's tools and, last and in every phase, ``note`` (the tools slot stays stable)."""
+        return [*tools, Tool("note", NOTE_DESCRIPTION, Note, self._note)]
+
+    def _note(self, ctx: RunContext, a: Note) -> ToolResult:
+        """Write the model's note into the working state (its own parts only)."""
+        if a.kind == "fact":
+            self._check_source(a.source)
+        room = ROLE_BUDGETS[self.role_name].state.notes // 2
+        # Stamped with the call whose answer made the note.
+        ctx.update(lambda s: write_note(s, a, step=ctx.step, tok=self.tok, room=room))
+        return ToolResult(content=f"noted {a.kind.replace('_', ' ')}")
+
+    def _check_source(self, source: str) -> None:
+        """A fact's source exists: "user", an artifact of the job or a file of its workspace."""
+        if source == USER:
+            return
+        if ARTIFACT_ID.fullmatch(source):
+            self.artifacts.get(source)  # ArtifactNotFound goes back to the model
+            return
+        if str(workspace_path(source)) not in self.records.files():
+            raise ToolRefused(
+                f"source {source!r} is neither an artifact id, a workspace file nor {USER!r}"
+            )
