@@ -21,7 +21,7 @@ from shared_state.memory import (
     Scope,
     SourceKind,
 )
-from shared_state.memory.items import ItemKind
+from shared_state.memory.items import ItemKind, age_text
 
 from . import views
 from .api import operator
@@ -73,11 +73,11 @@ def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
     return {
         "id": item.id,
         "scope": str(item.scope),
-        "key": item.key,
+        "key": item.key if len(item.key) <= 40 else item.key[:39] + "…",
         "status": ",".join(flags),
         "source": f"{p.source_kind.value} {p.source_ref}",
         "authority": p.authority,
-        "age": views.age(now_ms - p.observed_at),
+        "age": age_text(now_ms - p.observed_at),
         "text": one_line(item.text)[:120],
     }
 
@@ -130,7 +130,7 @@ def show(
         f"key: {item.key}",
         f"source: {p.source_kind.value} {p.source_ref} (authority {p.authority})",
         f"written by {p.actor or '?'} in job {p.job or '-'} task {p.task or '-'}, "
-        f"{views.age(now - p.observed_at)} ago",
+        f"{age_text(now - p.observed_at)} ago",
     ]
     if p.derived_from:
         lines.append(f"derived from: {' '.join(p.derived_from)}")

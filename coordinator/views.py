@@ -43,15 +43,6 @@ def when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def age(ms: int) -> str:
-    """A duration as its largest unit: 12s, 5m, 3h, 2d."""
-    seconds = max(0, ms) // 1000
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 TASK_COLUMNS = [
     "task_id", "role", "status", "attempts", "renewals", "owner", "token", "parent_id", "stage"
 ]  # fmt: skip
@@ -121,6 +112,12 @@ def outcome_doc(state: State, job_id: str) -> dict[str, Any]:
     doc["artifacts"] = [
         {k: r.model_dump(mode="json")[k] for k in ARTIFACT_COLUMNS} for r in refs.values()
     ]
+    recalled = dict.fromkeys(
+        item
+        for event in state.events.scan(job_id, "memory.recalled")
+        for item in (event.model_extra or {}).get("items", "").split()
+    )
+    doc["recalled"] = list(recalled)  # memory items of earlier jobs its tasks were shown
     return doc
 
 
@@ -147,6 +144,13 @@ def print_outcome(doc: dict[str, Any]) -> None:
         console.print(
             f"subagent {markup_safe(sub['name'])} ({sub['task_id']}): summary {sub['summary']}, "
             f"{sub['tokens']} of {sub['cap']} tokens"
+        )
+    recalled = doc.get("recalled") or []
+    if recalled:
+        shown = " ".join(recalled[:4]) + (" ..." if len(recalled) > 4 else "")
+        console.print(
+            f"memory: its tasks were shown {count(len(recalled), 'item')} that earlier jobs "
+            f"left ({shown}): `redfleet memory list` shows them with their provenance"
         )
     env = markup_safe(f"REDIS_URL={doc['redis_url']}")
     console.print(

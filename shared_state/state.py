@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import redis
 
 from . import keys
@@ -13,15 +15,20 @@ from .errors import ConnectionFailed
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
 from .heartbeats import WorkerRegistry
 from .jobs import DEFAULT_RETENTION_S, JobStore
+from .memory.files import MemoryFiles
+from .memory.store import MemoryStore
 from .records import Records
 from .redact import redact
 from .scripts import Runner
 from .tasks import TaskStore
 from .usage import JobUsage
 
+if TYPE_CHECKING:
+    from .memory.recall import Recall
+
 
 class State:
-    """Jobs, tasks, events, delivery and worker heartbeats over one Redis client."""
+    """Jobs, tasks, events, delivery, worker heartbeats and memory over one Redis client."""
 
     def __init__(
         self,
@@ -40,6 +47,9 @@ class State:
             self.runner, self.delivery, retention_s=retention_s, job_maxlen=job_maxlen
         )
         self.workers = WorkerRegistry(self.runner)
+        self.memory = MemoryStore(client)
+        self.memory_files = MemoryFiles(client)
+        self._recall: Recall | None = None
 
     @classmethod
     def connect(
@@ -60,6 +70,18 @@ class State:
             client.close()
             raise ConnectionFailed(redact(f"Redis at {url} refused: {exc}")) from exc
         return cls(client, **options)
+
+    def recall(self) -> Recall:
+        """Keyword recall over memory: one per process, so its index is built once per tenant.
+
+        Made on first use: ranking loads numpy, which a process that never
+        recalls should not pay for.
+        """
+        if self._recall is None:
+            from .memory.recall import Recall
+
+            self._recall = Recall(self.memory)
+        return self._recall
 
     def budget(self, job_id: str) -> TokenBudget:
         """The token budget every model call of ``job_id`` reserves from."""

@@ -31,8 +31,8 @@ class Bump:
         return self.found
 
 
-def claimed(state: State, worker: str = "w1") -> TaskRun:
-    job = state.jobs.submit(JobSpec(goal="g"))
+def claimed(state: State, worker: str = "w1", *, goal: str = "g") -> TaskRun:
+    job = state.jobs.submit(JobSpec(goal=goal))
     got = state.tasks.claim(job.job_id, job.root_task, worker, 60_000)
     assert got is not None
     beat = Heartbeat(state, worker_id=worker, role=Role.PLANNER, lease_ms=60_000, info={})

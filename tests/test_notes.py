@@ -65,7 +65,7 @@ def results(outcome: Any) -> list[str]:
     return [m.content for m in outcome.history if m.role == "tool"]
 
 
-def test_note_is_offered_in_every_phase_of_every_role_after_the_phase_own_tools(
+def test_memory_and_note_are_offered_in_every_phase_of_every_role_after_the_phase_own_tools(
     state: State,
 ) -> None:
     run = claimed(state)
@@ -84,7 +84,8 @@ def test_note_is_offered_in_every_phase_of_every_role_after_the_phase_own_tools(
                 history=[],
             )
             offered = [t.name for t in engine.build(request).tools]
-            assert offered == [*(t.spec.name for t in own if phase in t.spec.phases), "note"]
+            own_here = [t.spec.name for t in own if phase in t.spec.phases]
+            assert offered == [*own_here, "memory", "note"]
 
 
 def test_a_fact_with_its_source_appears_in_the_next_call_prompt(state: State) -> None:

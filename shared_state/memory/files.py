@@ -143,7 +143,7 @@ class MemoryFiles:
                 raise MemoryRefused(f"view_range {start}..{end}: give 1 <= start <= end")
             body = "\n".join(f"{n:6}\t{line}" for n, line in enumerate(lines, 1)
                              if start <= n <= end)  # fmt: skip
-            return f"{where.shown} (sha256 {digest[:12]}, {len(text.encode())} bytes)\n{body}"
+            return f"{where.shown} (sha256 {digest}, {len(text.encode())} bytes)\n{body}"
         entries = self.listing(ctx, path)
         if not entries:
             return f"{where.shown}: no files"

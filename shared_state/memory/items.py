@@ -254,6 +254,15 @@ class MemoryItem(BaseModel):
         )
 
 
+def age_text(ms: int) -> str:
+    """A duration as its largest unit: 12s, 5m, 3h, 2d (how old an item is)."""
+    seconds = max(0, ms) // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def normalized(text: str) -> str:
     return " ".join(text.lower().split())
 

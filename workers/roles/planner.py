@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import json
 
+import structlog
 from pydantic import BaseModel, Field
 
-from shared_state import Role, Trust
+from shared_state import ArtifactRef, Role, Trust
+from shared_state.errors import MemoryNotFound, MemoryRefused
+from shared_state.memory import Claim, Evidence, MemoryItem, Scope, ScopeKind, SourceKind
+from shared_state.memory.files import PROJECT_MEMORY
 
 from ..context import Message
 from ..errors import ToolRefused
@@ -29,6 +33,8 @@ from .reader_tools import reader_tools
 from .subagent_tool import subagent_tool
 from .task import AgentTask
 from .task_input import TaskInput
+
+log = structlog.get_logger()
 
 SYSTEM = """You are the planner of a redfleet job: you turn its goal into working, reviewed code.
 plan: call write_features once (each feature: an id F1, F2, ..., a description, and an
@@ -247,4 +253,61 @@ class Planner(AgentTask):
                 retryable=False,
             )
         else:
+            self._leave_memory(features, verdict)
             self.run.complete(ref.id)
+
+    def _leave_memory(self, features: FeatureList, verdict: ArtifactRef | None) -> None:
+        """What the next jobs of the tenant should know, written as the job succeeds.
+
+        Each feature that passed becomes a fact of the job, promoted to ``app:``
+        through the gate with the reviewer's verdict as its evidence; the
+        job's decisions are appended to the project's AGENTS.md (once: the
+        block names the job).
+        """
+        memory, ctx = self.run.state.memory, self.memory
+        job_scope = Scope(kind=ScopeKind.JOB, id=self.task.job_id)
+        if verdict is not None:
+            for f in features.features:
+                if not (f.passes and f.evidence):
+                    continue
+                fact = memory.write(
+                    ctx,
+                    Claim(
+                        scope=job_scope,
+                        text=f"{f.description} (its check `{f.check}` passed)",
+                        key=f"feature {f.description[:120]}",
+                        kind="fact",
+                        source_kind=SourceKind.SYSTEM,
+                        source_ref=f"feature list, {f.id}",
+                    ),
+                )
+                evidence = Evidence(job=self.task.job_id, artifact_id=verdict.id, feature_id=f.id)
+                memory.promote(ctx, fact.id, Scope(kind=ScopeKind.APP), evidence=evidence)
+        decisions = [i for i in memory.items(ctx, scope=job_scope) if i.kind == "decision"]
+        if decisions:
+            self._append_decisions(decisions)
+
+    def _append_decisions(self, decisions: list[MemoryItem]) -> None:
+        files, ctx = self.run.state.memory_files, self.memory
+        header = f"## Decisions of job {self.task.job_id}"
+        block = "\n".join(
+            [
+                "",
+                header,
+                f"goal: {self.run.job.goal[:200]}",
+                *(f"- {d.text} ({d.provenance.source_ref})" for d in decisions),
+            ]
+        )
+        try:
+            try:
+                current, sha = files.read(ctx, PROJECT_MEMORY)
+            except MemoryNotFound:
+                files.create(ctx, PROJECT_MEMORY, "# Project memory\n" + block + "\n",
+                             expected_sha256="", operator=True)  # fmt: skip
+                return
+            if header in current:
+                return  # this job's block is there already (a re-run of the stage)
+            lines = len(current.splitlines())
+            files.insert(ctx, PROJECT_MEMORY, lines, block, expected_sha256=sha, operator=True)
+        except MemoryRefused as exc:  # full (100 kB), or changed meanwhile: the job still succeeds
+            log.warning("decisions not appended to the project memory", reason=str(exc))

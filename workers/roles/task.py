@@ -16,17 +16,22 @@ the stage it named, with its children's summaries as its first message.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
 
 from shared_state import ArtifactRef, BudgetExceeded, Role, Trust
+from shared_state.errors import MemoryNotFound, MemoryRefused
+from shared_state.memory import Claim, MemoryContext, Scope, ScopeKind, SourceKind
+from shared_state.memory.files import PROJECT_MEMORY
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome
 from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
 from ..errors import ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
 from ..llm import ModelSummarizer, ProviderChoice
+from ..prompts import system_prompt
 from ..run_context import RunContext
 from ..sandbox import workspace_path
 from ..summary import DEFAULT_CAP, Summary, capped
@@ -42,6 +47,8 @@ from ..tools import (
     as_data,
     write_note,
 )
+from ..tools.memory import DESCRIPTION as MEMORY_DESCRIPTION
+from ..tools.memory import RECALLED_HEADER, MemoryArgs, MemoryTool, render_recalled
 from .effects import AppendFile, Spawn, WriteFile
 from .meter import Meter
 from .task_input import TaskInput
@@ -76,6 +83,14 @@ class AgentTask:
             save=self._save,
         )
         self.ledger = CallLedger()  # the job's, once the run has a provider (``drive``)
+        # Whose memory: the job's tenant and user, never anything a model said.
+        self.memory = MemoryContext(
+            tenant=run.job.tenant,
+            user=run.job.user,
+            job=run.task.job_id,
+            task=run.task.task_id,
+            actor=worker,
+        )
 
     # -- what a role defines -------------------------------------------------------------
 
@@ -98,6 +113,36 @@ class AgentTask:
         stage = self.task.stage.split(".")[0]  # "review.2" replays "review"
         return f"{key}/{stage}" if stage else key
 
+    RECALL_HITS = 5
+
+    @cached_property
+    def project_document(self) -> str | None:
+        """The tenant's AGENTS.md as it was when this run started (None: there is none)."""
+        try:
+            return self.run.state.memory_files.read(self.memory, PROJECT_MEMORY)[0]
+        except MemoryNotFound:
+            return None
+
+    @cached_property
+    def recalled(self) -> str:
+        """What earlier jobs left that bears on this task: facts, decisions, episodes.
+
+        Recalled once per run (the reference stays one cached prefix), from the
+        app and the user scopes — this job's own items are in its working state.
+        """
+        scopes = [Scope(kind=ScopeKind.APP), Scope(kind=ScopeKind.USER, id=self.memory.user)]
+        query = self.input.brief if self.input else self.run.job.goal
+        hits = self.run.state.recall().search(self.memory, query, k=self.RECALL_HITS, scopes=scopes)
+        if not hits:
+            return ""
+        items = [h.item for h in hits]
+        self.run.state.events.append(
+            "memory.recalled",
+            {"task_id": self.task.task_id, "items": " ".join(i.id for i in items)},
+            job_id=self.task.job_id,
+        )
+        return f"{RECALLED_HEADER}\n{render_recalled(items, self.run.state.memory.now_ms())}"
+
     def reference(self) -> str:
         """The task's header: stable for the whole run, so it stays in the cached prefix."""
         lines = [
@@ -112,6 +157,8 @@ class AgentTask:
             refs = [self.artifacts.get(i) for i in self.input.inputs]
             if refs:
                 lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
+        if self.recalled:
+            lines += ["", self.recalled]
         return "\n".join(lines)
 
     # -- running ------------------------------------------------------------------------------
@@ -135,7 +182,8 @@ class AgentTask:
             budget=self.run.state.budget(self.task.job_id),
             limits=AgentLimits(),
         )
-        return loop.run(system, list(opening), reference=self.reference())
+        prompt = system_prompt(system, self.project_document, self.tok)
+        return loop.run(prompt, list(opening), reference=self.reference())
 
     def _save(self, working: WorkingState) -> None:
         self.run.check()
@@ -247,17 +295,40 @@ class AgentTask:
     # -- the tool every role offers ------------------------------------------------------------
 
     def toolset(self, tools: Sequence[Tool]) -> list[Tool]:
-        """The role's tools and, last and in every phase, ``note`` (the tools slot stays stable)."""
-        return [*tools, Tool("note", NOTE_DESCRIPTION, Note, self._note)]
+        """The role's tools and, last and in every phase, ``memory`` and ``note`` (the tools
+        slot stays stable)."""
+        memory = MemoryTool(self.run.state, self.memory)
+        return [
+            *tools,
+            Tool("memory", MEMORY_DESCRIPTION, MemoryArgs, memory),
+            Tool("note", NOTE_DESCRIPTION, Note, self._note),
+        ]
 
     def _note(self, ctx: RunContext, a: Note) -> ToolResult:
         """Write the model's note into the working state (its own parts only)."""
         if a.kind == "fact":
             self._check_source(a.source)
         room = ROLE_BUDGETS[self.role_name].state.notes // 2
+        if a.kind in ("fact", "decision"):
+            self._remember(a, ctx.step)
         # Stamped with the call whose answer made the note.
         ctx.update(lambda s: write_note(s, a, step=ctx.step, tok=self.tok, room=room))
         return ToolResult(content=f"noted {a.kind.replace('_', ' ')}")
+
+    def _remember(self, a: Note, step: int) -> None:
+        """A fact or decision goes to the job's memory too: its episode, and later jobs."""
+        ref = f"note of {self.task.task_id} at step {step}"
+        claim = Claim(
+            scope=Scope(kind=ScopeKind.JOB, id=self.task.job_id),
+            text=a.text,
+            kind=a.kind,  # type: ignore[arg-type]  # fact or decision
+            source_kind=SourceKind.AGENT,
+            source_ref=f"{ref}, source {a.source}" if a.source else ref,
+        )
+        try:
+            self.run.state.memory.write(self.memory, claim)
+        except MemoryRefused as exc:  # a secret, or something forgotten: not noted either
+            raise ToolRefused(str(exc)) from exc
 
     def _check_source(self, source: str) -> None:
         """A fact's source exists: "user", an artifact of the job or a file of its workspace."""
