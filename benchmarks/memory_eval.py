@@ -2,6 +2,26 @@
 
 Deterministic (seeded, no model), one run, a table or ``--json``:
 
+  jobs         a sequence of related jobs over one project, each needing some of
+               its facts, run twice side by side: with memory (each job's facts
+               noted into its job memory, its episode written when it ends, the
+               next job's reference recalled from the user's and app scopes, as a
+               task does) and without. A scripted policy answers from a fact
+               present verbatim in its prompt and otherwise reads the file that
+               holds it (one call, ~3k tokens) and notes it. Reported per job:
+               calls, input tokens, facts reused.
+  decision     the audit workload (``audit.py``): the user's decision stated at
+               step 6, then 120 steps of ~500-line files; after every call in
+               which the context engine rolled turns out or cleared results, is
+               the decision verbatim in that call? redfleet beside a sliding
+               window and a rolling summary, in the same run.
+  interrupted  agents jobs (the scripted demo) through a real fleet, a coder
+               worker SIGKILLed in each at a journal failpoint (after an intent,
+               after an effect; ``workers/failpoints.py``): the job's outcome
+               after its task is reclaimed and resumed from its records, and
+               duplicated effects — a task that succeeded twice, a child spawned
+               twice (goal: all succeed, 0 duplicates; the journal makes file
+               writes idempotent by construction, see tests/test_agent_jobs.py).
   stale        seeded superseded, contested, expired and due-for-re-verification
                items, each the best keyword match for its probe, against one
                current item per topic: how many of the bad ones are recalled
@@ -27,29 +47,203 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import bm25s
 from rich.console import Console
 from rich.table import Table
 
-from shared_state import JobSpec, RedisServer, State, keys
+from coordinator import logs
+from coordinator.cli import DEMO_GOAL
+from shared_state import JobSpec, MemoryArtifacts, RedisServer, Scenario, State, keys
 from shared_state.artifacts import Trust
 from shared_state.errors import MemoryNotFound
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
 from shared_state.memory.files import MemoryFiles
 from shared_state.memory.recall import Recall, terms
+from workers.context import (
+    ContextRequest,
+    RollingSummary,
+    SlidingWindow,
+    WorkingState,
+    tokenizer_for,
+)
+from workers.context import Redfleet as RedfleetStrategy
+from workers.tools.memory import RECALLED_HEADER, render_recalled
 
-GOALS = {"stale_recalled": 0, "canary_left": 0, "cross_tenant": 0, "recall_p95_ms": 50.0}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the audit workload, beside this file
+from audit import USER_ITEMS, AuditWorkload
+
+GOALS = {
+    "later_jobs_fewer_calls": True,
+    "decision_adherence": 1.0,
+    "stale_recalled": 0,
+    "canary_left": 0,
+    "cross_tenant": 0,
+    "recall_p95_ms": 50.0,
+}
 TOPICS = ["database port", "deploy region", "cache size", "retry limit", "log level",
           "queue name", "api timeout", "build image", "lint rule", "release day"]  # fmt: skip
 
 
 def _claim(text: str, scope: str, source: SourceKind, **kw: Any) -> Claim:
     return Claim(scope=Scope.parse(scope), text=text, source_kind=source, source_ref="eval", **kw)
+
+
+# The project's facts: what each is, and the file that holds it (read when not remembered).
+PROJECT_FACTS = {
+    "db": "the billing database listens on port 6432 behind pgbouncer",
+    "region": "deploys of the billing service go to eu-west-1 only",
+    "lint": "the billing repo lints with ruff, rule set ALL minus D",
+    "tests": "billing tests run with pytest -q tests/billing",
+    "release": "billing releases go out on tuesdays after 14:00 UTC",
+}
+# Each job: its goal, and the facts its answer needs.
+JOBS = [
+    ("add a refund endpoint to the billing service", ["db", "region", "tests"]),
+    ("add pagination to the billing invoices list", ["db", "lint", "tests"]),
+    ("migrate the billing service to a new database port", ["db", "region", "release"]),
+    ("prepare the billing release notes", ["release", "lint", "tests"]),
+]
+SYSTEM_TOKENS = 1_500  # a role's system prompt and tool schemas
+FILE_TOKENS = 3_000  # the file holding a fact, read whole
+
+
+def eval_jobs(state: State) -> dict[str, Any]:
+    """The job sequence with memory and without (each in a tenant of its own)."""
+    return {"with_memory": _job_sequence(state, "seq-mem", True),
+            "without_memory": _job_sequence(state, "seq-none", False)}  # fmt: skip
+
+
+def _job_sequence(state: State, tenant: str, remember: bool) -> list[dict[str, Any]]:
+    tok = tokenizer_for()
+    store = MemoryStore(state.client)
+    recall = Recall(store)
+    rows = []
+    for goal, needs in JOBS:
+        job = state.jobs.submit(
+            JobSpec(goal=goal, tenant=tenant, user="dev", scenario=Scenario.AGENTS)
+        )
+        ctx = MemoryContext(tenant=tenant, user="dev", job=job.job_id, task="t-1", actor="eval")
+        reference = f"TASK\ngoal of the job: {goal}"
+        if remember:  # what AgentTask.recalled puts in the reference
+            scopes = [Scope.parse("app:"), Scope.parse("user:dev:")]
+            hits = recall.search(ctx, goal, k=5, scopes=scopes)
+            if hits:
+                items = [h.item for h in hits]
+                reference += f"\n{RECALLED_HEADER}\n{render_recalled(items, store.now_ms())}"
+        calls, input_tokens, reused, history = 0, 0, 0, 0
+        for name in needs:
+            fact = PROJECT_FACTS[name]
+            if fact in reference:
+                reused += 1
+                continue
+            calls += 1  # read the file that holds it
+            input_tokens += SYSTEM_TOKENS + tok.count(reference) + history
+            history += FILE_TOKENS
+            store.write(ctx, _claim(fact, f"job:{job.job_id}:", SourceKind.AGENT))  # the note
+        calls += 1  # the answer
+        input_tokens += SYSTEM_TOKENS + tok.count(reference) + history
+        claimed = state.tasks.claim(job.job_id, job.root_task, "eval", 60_000)
+        state.tasks.complete(claimed.claim, "", "done")
+        state.jobs.retire(job.job_id)  # writes the episode, as a finished job does
+        rows.append({"goal": goal, "needs": len(needs), "calls": calls,
+                     "input_tokens": input_tokens, "facts_reused": reused})  # fmt: skip
+    return rows
+
+
+def eval_decision(steps: int) -> dict[str, Any]:
+    """After every call that dropped, rolled, summarized or cleared something: is the
+    user's early decision still verbatim in it?"""
+    decision = USER_ITEMS[6][1]
+    out = {}
+    for name, make in (
+        ("redfleet", RedfleetStrategy),
+        ("sliding_window", lambda sink: SlidingWindow(window=4)),
+        ("rolling_summary", lambda sink: RollingSummary(threshold=20_000, keep=3)),
+    ):
+        workload, sink = AuditWorkload(steps), MemoryArtifacts()
+        strategy = make(sink)
+        state, history = WorkingState(goal=workload.goal), []
+        sent = cleared = compactions = held = 0
+        for step in range(1, steps + 1):
+            new = workload.messages(step)
+            history += new
+            request = ContextRequest(
+                system=workload.system(), tools=workload.tools(), state=state, history=history
+            )
+            prompt = strategy.build(request)
+            now_cleared = sum(m.reduced == "cleared" for m in prompt.history)
+            reduced = len(prompt.messages) < sent + len(new) or now_cleared > cleared
+            sent, cleared = len(prompt.messages), now_cleared
+            history, state = prompt.history, prompt.state
+            if step > 6 and reduced:
+                compactions += 1
+                held += decision in prompt.text()
+        adherence = round(held / compactions, 4) if compactions else None
+        out[name] = {"compactions": compactions, "decision_held": held, "adherence": adherence}
+    return out
+
+
+# Where a coder kills itself (``workers/failpoints.py``), one point per job, round robin.
+KILL_POINTS = [
+    "journal.after-intent.write_file",
+    "journal.after-effect.append_file",
+    "journal.after-intent.spawn_subagents",
+    "journal.after-effect.write_file",
+]
+
+
+def eval_interrupted(state: State, url: str, jobs: int) -> dict[str, Any]:
+    from collections import Counter
+
+    from coordinator.fleet import Fleet, FleetSpec
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="redfleet-eval-") as tmp:
+        for n in range(jobs):
+            point, marker = KILL_POINTS[n % len(KILL_POINTS)], Path(tmp) / f"fired-{n}"
+            env = (("REDFLEET_PROVIDER", "scripted"), ("REDFLEET_SCRIPT", "demo"),
+                   ("REDFLEET_FAILPOINTS", f"{point}@{marker}"))  # fmt: skip
+            spec = FleetSpec(planners=1, coders=2, reviewers=1, lease_ms=1_000, worker_env=env)
+            fleet = Fleet(state, url, spec, reap_interval_ms=100, redeliver_after_ms=2_000)
+            runner = threading.Thread(target=fleet.run, daemon=True)
+            runner.start()
+            try:
+                job = state.jobs.submit(JobSpec(goal=DEMO_GOAL, scenario=Scenario.AGENTS,
+                                                tenant=f"kill-{n}"))  # fmt: skip
+                deadline = time.monotonic() + 180
+                while not state.jobs.get(job.job_id).status.finished:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+            finally:
+                fleet.request_stop()
+                runner.join(60)
+            succeeded = Counter(e.task_id for e in state.events.scan(job.job_id, "task.succeeded"))
+            tasks = state.tasks.list(job.job_id)
+            spawned = Counter((t.parent_id, t.wave, t.brief) for t in tasks if t.parent_id)
+            rows.append(
+                {
+                    "job_id": job.job_id,
+                    "killed_at": point,
+                    "killed": marker.exists(),
+                    "status": state.jobs.get(job.job_id).status.value,
+                    "tasks_succeeded_twice": sum(c > 1 for c in succeeded.values()),
+                    "children_spawned_twice": sum(c > 1 for c in spawned.values()),
+                }
+            )
+    return {"jobs": rows, "succeeded": sum(r["status"] == "succeeded" for r in rows),
+            "duplicated_effects": sum(r["tasks_succeeded_twice"] + r["children_spawned_twice"]
+                                      for r in rows)}  # fmt: skip
 
 
 def eval_stale(state: State) -> dict[str, Any]:
@@ -268,6 +462,12 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with RedisServer() as server:
         state = State.connect(server.url)
         doc["redis_version"] = state.client.info("server")["redis_version"]
+        with console.status("a sequence of related jobs, with memory and without"):
+            doc["jobs"] = eval_jobs(state)
+        with console.status("an early decision after forced compactions"):
+            doc["decision"] = eval_decision(args.steps)
+        with console.status("agents jobs with a worker killed mid-task"):
+            doc["interrupted"] = eval_interrupted(state, server.url, args.kills)
         with console.status("stale and contradicted memories"):
             doc["stale"] = eval_stale(state)
         with console.status("deletion canary"):
@@ -277,7 +477,17 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         with console.status(f"recall over {args.items:,} items"):
             doc["recall"] = eval_recall(state, rng, args.items, args.queries)
         state.client.close()
+    mem, none = doc["jobs"]["with_memory"], doc["jobs"]["without_memory"]
+    ours = doc["decision"]["redfleet"]
     doc["passed"] = {
+        "later_jobs_fewer_calls": all(
+            m["calls"] < n["calls"] and m["input_tokens"] < n["input_tokens"]
+            for m, n in zip(mem[1:], none[1:], strict=True)
+        ),
+        "decision_adherence": bool(ours["compactions"]) and ours["adherence"] == 1.0,
+        "interrupted": doc["interrupted"]["succeeded"] == len(doc["interrupted"]["jobs"])
+        and doc["interrupted"]["duplicated_effects"] == 0
+        and all(r["killed"] for r in doc["interrupted"]["jobs"]),
         "stale_recalled": doc["stale"]["stale_recalled"] == 0
         and doc["stale"]["current_found"] == doc["stale"]["topics"],
         "canary_left": doc["canary"]["canary_left"] == 0 and doc["canary"]["canary_before"] > 0,
@@ -292,7 +502,22 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     for col in ("check", "measured", "goal", "held"):
         t.add_column(col)
     s, c, x, r = doc["stale"], doc["canary"], doc["tenants"], doc["recall"]
+    mem, none = doc["jobs"]["with_memory"], doc["jobs"]["without_memory"]
+    calls = " / ".join(f"{m['calls']} vs {n['calls']}" for m, n in zip(mem, none, strict=True))
+    tokens = " / ".join(
+        f"{m['input_tokens']:,} vs {n['input_tokens']:,}" for m, n in zip(mem, none, strict=True)
+    )
+    reused = " / ".join(str(m["facts_reused"]) for m in mem)
+    d = doc["decision"]
+    held = "; ".join(f"{k} {v['decision_held']}/{v['compactions']}" for k, v in d.items())
     rows = [
+        ("jobs 1-4: calls, memory vs none", calls, "fewer from job 2", "later_jobs_fewer_calls"),
+        ("jobs 1-4: input tokens", tokens, "", ""),
+        ("jobs 1-4: facts reused from memory", reused, "", ""),
+        ("early decision after compactions", held, "redfleet all", "decision_adherence"),
+        ("jobs with a coder SIGKILLed mid-task", f"{doc['interrupted']['succeeded']} of "
+         f"{len(doc['interrupted']['jobs'])} succeeded; duplicated effects "
+         f"{doc['interrupted']['duplicated_effects']}", "all; 0", "interrupted"),
         ("stale/contradicted recalled", f"{s['stale_recalled']} of {s['bad_seeded']} seeded; "
          f"current found {s['current_found']}/{s['topics']}", "0; all", "stale_recalled"),
         ("canary after forget", f"{c['canary_left']} (was {c['canary_before']}); "
@@ -317,9 +542,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, help="items in the recall tenant (default 10000)")
     parser.add_argument("--queries", type=int, default=200, help="recall queries (default 200)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kills", type=int, help="jobs with a worker killed (default 3)")
+    parser.add_argument("--steps", type=int, help="audit steps for the decision check (120)")
     args = parser.parse_args(argv)
     if args.items is None:
         args.items = 500 if args.quick else 10_000
+    if args.steps is None:
+        args.steps = 40 if args.quick else 120
+    if args.kills is None:
+        args.kills = 1 if args.quick else 3
+    os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by fleet workers
+    logs.configure(os.environ["REDFLEET_LOG_LEVEL"])
     console = Console(stderr=args.json)
     doc = run(args, console)
     if args.json:

@@ -88,3 +88,10 @@ def test_memory_eval_quick_run_holds_its_checks() -> None:
     assert doc["tenants"]["probes"] > 0 and doc["tenants"]["cross_tenant"] == 0
     assert doc["stale"]["stale_recalled"] == 0
     assert doc["stale"]["current_found"] == doc["stale"]["topics"]
+    with_memory, without = doc["jobs"]["with_memory"], doc["jobs"]["without_memory"]
+    assert with_memory[0]["calls"] == without[0]["calls"]  # nothing to recall in the first job
+    assert all(m["calls"] < n["calls"] for m, n in zip(with_memory[1:], without[1:], strict=True))
+    assert doc["decision"]["redfleet"]["adherence"] == 1.0
+    (interrupted,) = doc["interrupted"]["jobs"]
+    assert interrupted["killed"] and interrupted["status"] == "succeeded"
+    assert doc["interrupted"]["duplicated_effects"] == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared_state import JobSpec, Role, State, Trust
+from shared_state import JobSpec, Role, Scenario, State, Trust
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
 from shared_state.memory.episodes import record_episode
 
@@ -16,7 +16,9 @@ def _finish(state: State, job_id: str) -> None:
 def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts(
     state: State,
 ) -> None:
-    job = state.jobs.submit(JobSpec(goal="ship the parser", tenant="acme", user="alice"))
+    job = state.jobs.submit(
+        JobSpec(goal="ship the parser", tenant="acme", user="alice", scenario=Scenario.AGENTS)
+    )
     store = MemoryStore(state.client)
     ctx = MemoryContext(tenant="acme", user="alice", job=job.job_id, task="t", actor="coder-1")
     scope = Scope.parse(f"job:{job.job_id}:")
@@ -47,7 +49,7 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
 
 
 def test_a_failed_job_leaves_an_episode_saying_why(state: State) -> None:
-    job = state.jobs.submit(JobSpec(goal="doomed", max_attempts=1))
+    job = state.jobs.submit(JobSpec(goal="doomed", max_attempts=1, scenario=Scenario.AGENTS))
     claimed = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
     state.tasks.fail(claimed.claim, "the provider is unreachable", retryable=False)
     state.jobs.finalize(job.job_id)
@@ -55,3 +57,11 @@ def test_a_failed_job_leaves_an_episode_saying_why(state: State) -> None:
     assert episode is not None and "(failed)" in episode.text
     assert "the provider is unreachable" in episode.text
     assert Role.PLANNER.value in episode.text  # the reason names the dead task's role
+
+
+def test_a_scripted_behaviour_job_leaves_no_episode(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="noop", scenario=Scenario.NOOP))
+    _finish(state, job.job_id)
+    state.jobs.retire(job.job_id)
+    assert record_episode(MemoryStore(state.client), state.jobs.get(job.job_id)) is None
+    assert list(state.client.scan_iter(match="rf:mem:*item*")) == []

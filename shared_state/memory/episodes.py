@@ -12,7 +12,7 @@ the job is retired: a retried job's new episode supersedes the old one.
 from __future__ import annotations
 
 from .. import keys
-from ..models import Job
+from ..models import Job, Scenario
 from ..redact import redact
 from .items import MAX_TEXT, Claim, MemoryContext, MemoryItem, Scope, ScopeKind, SourceKind
 from .store import MemoryStore
@@ -27,8 +27,12 @@ def episode_id(job: Job) -> str:
 
 
 def record_episode(store: MemoryStore, job: Job) -> MemoryItem | None:
-    """Write ``job``'s episode to its user's scope; None if it has not finished."""
-    if not job.status.finished:
+    """Write ``job``'s episode to its user's scope; None if it has not finished.
+
+    Only agents jobs leave one: the scripted behaviours (noop, slow, crash)
+    exercise the fleet and learn nothing worth remembering.
+    """
+    if not job.status.finished or job.scenario is not Scenario.AGENTS:
         return None
     ctx = MemoryContext(tenant=job.tenant, user=job.user, job=job.job_id, actor="system:episodes")
     items = [
