@@ -34,6 +34,7 @@ from shared_state import (
     StateError,
 )
 from shared_state.redact import redact
+from workers import handoff
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, metrics, views
@@ -609,10 +610,39 @@ def cancel(
             if exc.status != "cancelled":
                 raise
             already = True
+        if not already:
+            handoff.write(state, job_id)
     if as_json:
         views.print_json({"job_id": job_id, "status": "cancelled", "already": already})
     else:
         print(f"{job_id} was already cancelled" if already else f"{job_id} cancelled")
+
+
+@app.command("handoff")
+def handoff_cmd(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="A page to read (the default without --json).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the next person or agent continues JOB_ID from, built from its records now.
+
+    Goal and criteria version; features done, each with its evidence, and
+    remaining; facts the user said or a check proved, apart from what an
+    agent only assumed; decisions; tasks waiting for approval; live claims;
+    artifacts; the journal's effects (idempotency keys); the next action. No
+    model is asked. A job also stores one as an artifact when it ends.
+    """
+    _check_job_id(job_id)
+    if markdown and as_json:
+        raise CoordinatorError("--markdown and --json: choose one")
+    with open_state(Settings()) as state:
+        package = handoff.build(state, job_id)
+    if as_json:
+        views.print_json(package.model_dump(mode="json"))
+    else:
+        sys.stdout.write(multi_line(package.markdown()))
 
 
 @app.command()

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from shared_state import Role, State, keys
+from workers import handoff
 
 log = structlog.get_logger("redfleet.reaper")
 
@@ -93,6 +94,8 @@ class Reaper:
             if status is None or status in FINISHED:
                 if self.state.jobs.finalize(job_id):
                     report.retired.append(job_id)
+                    if status is not None:  # a job with records: its handoff package
+                        handoff.write(self.state, job_id)
             else:
                 live.append(job_id)
         expired = self.state.tasks.expired(live)

@@ -50,6 +50,7 @@ class TaskRun:
         )
         if done.job_finished:
             self.state.jobs.retire(self.job.job_id)
+            self._handoff()
 
     def spawn(
         self, stage: str, children: Sequence[Child], *, journal: tuple[str, str] = ("", "")
@@ -60,6 +61,15 @@ class TaskRun:
         )
 
     def fail(self, reason: str, *, retryable: bool = True) -> str:
-        return self.heartbeat.settle(
+        outcome = self.heartbeat.settle(
             lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable)
         )
+        if outcome == "dead":  # and with it the job
+            self._handoff()
+        return outcome
+
+    def _handoff(self) -> None:
+        """The ended job's handoff package, as an artifact (a scripted behaviour's too)."""
+        from .handoff import write  # the package reads the roles' records; they import this
+
+        write(self.state, self.job.job_id)
