@@ -50,7 +50,7 @@ def test_a_finished_agents_job_hands_off_done_features_with_evidence_and_its_eff
 
     page = run("handoff", job.job_id, url=redis_url).stdout
     headings = ["# Handoff: job", "## Done (with evidence)", "## Remaining", "## Confirmed",
-                "## Assumptions", "## Artifacts", "## Effects made", "**Next action:**"]  # fmt: skip
+                "## Assumptions", "## Artifacts", "## Effects made", "**Next action:"]  # fmt: skip
     assert all(h in page for h in headings), page
     doc = json.loads(run("handoff", job.job_id, "--json", url=redis_url).stdout)
     assert HandoffPackage.model_validate(doc).job_id == job.job_id
