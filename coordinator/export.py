@@ -2,8 +2,9 @@
 
 The workspace maps paths the coders chose to artifact ids; those paths came
 from a model, so each is checked before anything is written: relative, no
-``..``, ``.`` or empty segments, no backslash, NUL or control characters, and
-its real location (symlinks resolved) inside the folder. Nothing is
+``..``, ``.`` or empty segments, no ``.git``, no backslash, NUL or control
+characters, and its real location (symlinks resolved) inside the folder; no
+file where another needs a folder. Nothing is
 overwritten without ``force``; every check passes before the first write.
 """
 
@@ -38,11 +39,30 @@ def safe_target(root: Path, relative: str) -> Path:
     parts = relative.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise CoordinatorError(f"workspace path {relative!r}: empty, '.' or '..' segment")
+    if any(p.lower() == ".git" for p in parts):
+        # A repository's config can name commands git runs: never written from a model.
+        raise CoordinatorError(f"workspace path {relative!r}: a .git directory")
     real_root = root.resolve()
     target = (real_root / relative).resolve()  # follows any symlink already in the folder
     if not target.is_relative_to(real_root) or target == real_root:
         raise CoordinatorError(f"workspace path {relative!r}: lands outside {root}")
     return target
+
+
+def _check_layout(dest: Path, targets: dict[str, Path]) -> None:
+    """Refuse, before any write, a file that another needs as a folder (``a`` and ``a/b``),
+    or a target whose place is taken by a folder, or a folder by a file."""
+    files = set(targets.values())
+    for rel, target in targets.items():
+        for parent in target.parents:
+            if parent in files:
+                raise CoordinatorError(f"workspace path {rel!r}: {parent.name!r} is also a file")
+            if parent.exists() and not parent.is_dir():
+                raise CoordinatorError(f"{parent}: a file where {rel!r} needs a folder")
+            if parent == dest.resolve():
+                break
+        if target.is_dir():
+            raise CoordinatorError(f"{target}: a folder where {rel!r} is a file")
 
 
 def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: bool) -> Exported:
@@ -58,6 +78,7 @@ def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: 
     if not planned:
         raise CoordinatorError(f"job {job_id} has no workspace files to export")
     targets = {rel: safe_target(dest, rel) for rel in planned}
+    _check_layout(dest, targets)
     existing = [rel for rel, target in targets.items() if target.exists()]
     if existing and not force:
         shown = ", ".join(existing[:3]) + (" …" if len(existing) > 3 else "")

@@ -13,6 +13,7 @@ from .errors import (
     ConnectionFailed,
     JobFinished,
     JobNotFound,
+    MemoryRefused,
     NotRetryable,
     SubmitUnconfirmed,
 )
@@ -216,24 +217,34 @@ class JobStore:
         finished job), so a later reaper pass has nothing of it to retire.
         """
         self.finalize(job_id)
+        round_ = int(self.client.hget(keys.job(job_id), "retries") or 0)
         task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
         fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
         fixed += [keys.queued(job_id), keys.tasks(job_id)]
         others = [k for k in keys.job_keys(job_id) if k not in fixed]
+        # Watched and kept before the script runs: a crash after it leaves a running job
+        # the reaper sees and the index keeps; a crash before it, a failed job the reaper
+        # retires again.
+        expiring = self.client.zscore(keys.EXPIRING_JOBS, job_id)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.ACTIVE_JOBS, job_id)
+            pipe.zrem(keys.EXPIRING_JOBS, job_id)
+            added, _ = pipe.execute()
         res = self.runner.run(
             "retryJob",
             job_id,
             [*fixed, *others, *(keys.task(job_id, t) for t in task_ids)],
-            [len(others)],
+            [len(others), round_],
         )
+        if res.code != Code.OK:
+            if expiring is not None:
+                self.client.zadd(keys.EXPIRING_JOBS, {job_id: expiring})
+            if added:  # it was not watched before: a finished job stays retired
+                self.client.srem(keys.ACTIVE_JOBS, job_id)
         if res.code == Code.NOT_FOUND:
             raise JobNotFound(job_id)
         if res.code == Code.JOB_FINISHED:
             raise NotRetryable(job_id, res.data["job_status"])
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.sadd(keys.ACTIVE_JOBS, job_id)
-            pipe.zrem(keys.EXPIRING_JOBS, job_id)
-            pipe.execute()
         requeued = res.data["requeued"].split()
         roles = dict(
             zip(
@@ -296,10 +307,11 @@ class JobStore:
     def _episode(self, job_id: str) -> None:
         """The finished job's episode for its user (once per round: its id is the job's)."""
         try:
-            job = self.get(job_id)
-        except JobNotFound:
+            record_episode(self.memory, self.get(job_id))
+        except (JobNotFound, MemoryRefused, ValueError):
+            # Retirement never waits on memory: an episode quoting something forgotten
+            # (or otherwise refused) is not written, and the job retires all the same.
             return
-        record_episode(self.memory, job)
 
     def _expire(self, job_id: str, extra: list[str], retention_ms: bytes | None) -> None:
         """Set the job's keys (and ``extra``) to expire after its own retention.

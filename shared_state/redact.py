@@ -26,6 +26,20 @@ _ASSIGNED = re.compile(
 )
 
 
+# For refusing a write, a value must also look like a secret: 8+ characters with a digit
+# or a symbol ("password: must be long" is a rule about passwords, not one).
+_ASSIGNED_SECRET = re.compile(
+    r"\b(?:password|passwd|api[_-]?key|secret|token|auth)\b\s*[=:]\s*"
+    r"(?=[^\s&,;'\"]{8,})(?=[^\s&,;'\"]*[0-9!@#$%^*_+/~-])[^\s&,;'\"]+",
+    re.IGNORECASE,
+)
+
+
+def looks_secret(text: str) -> bool:
+    """Whether ``text`` holds a URL password, a key-shaped token or an assigned secret value."""
+    return bool(_URL_PASSWORD.search(text) or _TOKENS.search(text) or _ASSIGNED_SECRET.search(text))
+
+
 def redact(text: str) -> str:
     """``text`` with URL passwords, key-shaped tokens and ``password=…`` values masked."""
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)

@@ -43,9 +43,22 @@ def test_export_writes_the_workspace_and_refuses_to_overwrite(
 
 
 @pytest.mark.parametrize(
-    "path", ["../evil.py", "/etc/evil", "a/../../evil", "a//b", "./a", "a\\..\\b", "a\x00b", "~/x"]
+    "path",
+    [
+        "../evil.py",
+        "/etc/evil",
+        "a/../../evil",
+        "a//b",
+        "./a",
+        "a\\..\\b",
+        "a\x00b",
+        "~/x",
+        ".git/config",
+        "sub/.GIT/hooks/pre-commit",
+        "fine.py/inner",
+    ],
 )
-def test_a_workspace_path_that_would_land_outside_is_refused_before_any_write(
+def test_a_workspace_path_that_escapes_or_clashes_is_refused_before_any_write(
     state: State, tmp_path: Path, path: str
 ) -> None:
     job_id = _job_with_files(state, {"fine.py": "ok\n", path: "evil\n"})

@@ -19,7 +19,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared_state import State, TaskStatus, Trust, keys
+from shared_state import ArtifactStore, Scenario, State, TaskStatus, Trust, keys
 from shared_state.scripts import server_ms
 
 from .context import WorkingState
@@ -267,9 +267,22 @@ def _next_action(status: str, remaining: list[FeatureItem], approvals: list[Appr
 
 
 def write(state: State, job_id: str) -> str:
-    """Build the package and store it as the job's ``handoff`` artifact; its id."""
+    """Store the ended agents job's package as its ``handoff`` artifact; its id ("" for a
+    scripted behaviour's job, which has no features or working states to hand off).
+
+    The artifact expires with the job's own records (its retention), whoever writes it.
+    """
+    job = state.jobs.get(job_id)
+    if job.scenario is not Scenario.AGENTS:
+        return ""
     package = build(state, job_id)
-    ref = state.artifacts(job_id).put(
+    retention_ms = state.client.hget(keys.job(job_id), "retention_ms")
+    store = ArtifactStore(
+        state.client,
+        job_id,
+        retention_s=int(retention_ms) // 1000 if retention_ms else state.jobs.retention_s,
+    )
+    ref = store.put(
         package.model_dump_json(indent=1),
         kind="handoff",
         title=f"handoff: {package.status}, {len(package.remaining)} feature(s) remaining",

@@ -12,6 +12,8 @@
   KEYS[6] task set         rf:{job}:tasks
 
   ARGV[1] approve | reject    ARGV[2] the note    ARGV[3] who decided
+  ARGV[4] the decision's id, chosen by the caller: a decision re-sent after a lost
+          reply is answered from the record, not refused
 
   Returns {code, data, events}
      1  data = role (approve: the caller delivers the task)
@@ -28,11 +30,13 @@
 local wrong = sameJob()
 if wrong then return wrong end
 local taskKey, jobKey, stream, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local t = redis.call('HMGET', taskKey, 'status', 'task_id', 'role', 'approval_for')
+local t = redis.call('HMGET', taskKey, 'status', 'task_id', 'role', 'approval_for', 'decision_id')
 if not t[1] then return reply(-1) end
+if t[5] == ARGV[4] then return reply(1, {role = t[3], replayed = true}) end
 local job = readJob(jobKey)
 if isTerminalJob(job.status) then return reply(-4, {job_status = job.status}) end
 if t[1] ~= 'blocked' then return reply(-2, {status = t[1]}) end
+redis.call('HSET', taskKey, 'decision_id', ARGV[4])
 local taskId, role, note, who = t[2], t[3], ARGV[2], ARGV[3]
 local now = nowMs()
 local left = redis.call('HINCRBY', jobKey, 'blocked_tasks', -1)

@@ -15,20 +15,23 @@
   ARGV[13] valid for (ms, 0: no expiry)          ARGV[14] reverify after (ms, 0: never)
   ARGV[15] digest of the claim (key and normalized text)
   ARGV[16] promoted from (item id, '' none)      ARGV[17] changes stream maxlen
-  ARGV[18] n, the number of shingle digests that follow
-  ARGV[19 .. 18+n] shingle digests of the text
-  ARGV[19+n ..]    ids of the items this one is derived from
+  ARGV[18 ..] ids of the items this one is derived from
 
   The chain of (scope, key) has at most one version marked current. The new
   version becomes current when there is none, when the current one has
   expired, or when its authority is at least the current one's (which is
   marked superseded); a newer claim of lower authority is kept as contested
   and the current one stays. A claim equal to the current one (same digest)
-  adds no version: the job is counted as having seen it.
+  adds no version (the job is counted as having seen it) unless the current
+  one has expired or the new source has more authority: then it is a new
+  version that supersedes it.
 
-  A write quoting a forgotten item (any shingle in the fence) or derived from
-  one is refused — unless the user says it again, which lifts the fence for
-  that text.
+  Shingles: the digests of a text's runs of n words (n = 1..6, ASCII letters
+  and digits, lower-cased), tagged with n. An item keeps those of its own
+  length (n = its word count, at most 6); a forget puts them in the fence. A
+  write holding any fenced run (of any length), or derived from a forgotten
+  item, is refused — unless the user says it again, which lifts the fence
+  for those runs.
 
   Returns {code, data, events}
      1  data = id, status, version, observed_at, supersedes, existed, duplicate, seen
@@ -47,17 +50,29 @@ if known[1] then
     observed_at = tonumber(known[3]), supersedes = known[4] or '', existed = true})
 end
 
-local n = tonumber(ARGV[18])
+local function runs(words, n, out)
+  for i = 1, #words - n + 1 do
+    out[#out + 1] = n .. ':' .. string.sub(redis.sha1hex(table.concat(words, ' ', i, i + n - 1)), 1, 24)
+  end
+end
+local words = {}
+for w in string.gmatch(string.lower(ARGV[4]), '%w+') do words[#words + 1] = w end
 local userSays = ARGV[7] == 'user'
-for i = 19, 18 + n do
-  if userSays then
-    redis.call('SREM', fence, ARGV[i])
-  elseif redis.call('SISMEMBER', fence, ARGV[i]) == 1 then
-    return reply(-7, {what = 'text'})
+if redis.call('SCARD', fence) > 0 then
+  for n = 1, math.min(6, #words) do
+    local candidates = {}
+    runs(words, n, candidates)
+    for _, digest in ipairs(candidates) do
+      if userSays then
+        redis.call('SREM', fence, digest)
+      elseif redis.call('SISMEMBER', fence, digest) == 1 then
+        return reply(-7, {what = 'text'})
+      end
+    end
   end
 end
 local parents = {}
-for i = 19 + n, #ARGV do
+for i = 18, #ARGV do
   local parent = ARGV[i]
   if redis.call('SISMEMBER', fence, 'id:' .. parent) == 1 then return reply(-7, {what = parent}) end
   if redis.call('EXISTS', p .. 'item:' .. parent) == 0 then return reply(-1, {what = parent}) end
@@ -79,16 +94,16 @@ for _, member in ipairs(chain) do
     'version', 'observed_at')
   if m[1] == 'current' then current, cur = member, m end
 end
-if cur and cur[4] == ARGV[15] then
+local curExpired = cur and (tonumber(cur[3]) or 0) > 0 and tonumber(cur[3]) <= now
+-- A repeat adds nothing, unless it renews an expired claim or a stronger source confirms it.
+if cur and cur[4] == ARGV[15] and not curExpired and authority <= tonumber(cur[2]) then
   return reply(1, {id = current, status = 'current', version = tonumber(cur[5]),
     observed_at = tonumber(cur[6]), supersedes = '', duplicate = true, seen = seen})
 end
 
 local status = 'current'
 if cur then
-  local until_ = tonumber(cur[3]) or 0
-  local expired = until_ > 0 and until_ <= now
-  if expired or authority >= tonumber(cur[2]) then
+  if curExpired or authority >= tonumber(cur[2]) then
     redis.call('HSET', p .. 'item:' .. current, 'status', 'superseded', 'superseded_by', id)
     redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[17]), '*', 'op', 'put', 'id', current)
   else
@@ -99,7 +114,7 @@ end
 local validFor, reverify = tonumber(ARGV[13]), tonumber(ARGV[14])
 local version = #chain + 1
 local shingles = {}
-for i = 19, 18 + n do shingles[#shingles + 1] = ARGV[i] end
+runs(words, math.min(6, #words), shingles)
 redis.call('HSET', itemKey, 'id', id, 'scope', scope, 'key', key, 'text', ARGV[4], 'kind', ARGV[5],
   'user', ARGV[6], 'source_kind', ARGV[7], 'source_ref', ARGV[8], 'job', job, 'task', ARGV[10],
   'actor', ARGV[11], 'authority', authority, 'observed_at', now, 'status', status,

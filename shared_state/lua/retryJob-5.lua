@@ -16,6 +16,8 @@
   KEYS[6+n ..]             the job's task hashes
 
   ARGV[1] n, the number of other job keys
+  ARGV[2] the job's retry count the caller read (a re-sent retry of that round is
+          answered from the record, not refused)
 
   Returns {code, data, events}
      1  data = requeued (task ids, space separated), queued (those still queued: the
@@ -33,7 +35,13 @@ if wrong then return wrong end
 local jobKey, stream, leasesKey, queuedKey, tasksKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local job = readJob(jobKey)
 if not job.status then return reply(-1) end
-if job.status ~= 'failed' then return reply(-4, {job_status = job.status}) end
+if job.status ~= 'failed' then
+  local done = redis.call('HMGET', jobKey, 'retries', 'retry_requeued', 'retry_queued')
+  if tonumber(done[1] or '0') == tonumber(ARGV[2]) + 1 and done[2] then
+    return reply(1, {requeued = done[2], queued = done[3] or '', replayed = true})
+  end
+  return reply(-4, {job_status = job.status})
+end
 
 local n = tonumber(ARGV[1])
 local now = nowMs()
@@ -55,7 +63,8 @@ for i = 6 + n, #KEYS do
   end
 end
 local round = redis.call('HINCRBY', jobKey, 'retries', 1)
-redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0)
+redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0,
+  'retry_requeued', table.concat(requeued, ' '), 'retry_queued', table.concat(queued, ' '))
 emit(stream, job.maxlen, {'event', 'job.retried', 'job_id', redis.call('HGET', jobKey, 'job_id'),
   'tasks', #requeued, 'retry', round})
 for _, fields in ipairs(events) do emit(stream, job.maxlen, fields) end

@@ -32,12 +32,13 @@ import redis
 
 from .. import keys
 from ..errors import Code, FileChanged, MemoryNotFound, MemoryRefused, SecretInMemory
-from ..redact import redact
+from ..redact import looks_secret
 from ..scripts import run_plain
 from .items import MemoryContext, Scope, ScopeKind
 
 ROOT = "/memories"
 PROJECT_MEMORY = f"{ROOT}/project/AGENTS.md"  # read by every job of the tenant at start
+DECISION_LOG = f"{ROOT}/project/decisions.md"  # what jobs decided, appended as each succeeds
 MAX_BYTES = 100_000
 MAX_DEPTH = 8
 MAX_SEGMENT = 100
@@ -253,7 +254,7 @@ class MemoryFiles:
     def _put(self, ctx: MemoryContext, where: MemoryPath, text: str, expected: str) -> FileVersion:
         if len(text.encode()) > MAX_BYTES:
             raise MemoryRefused(f"{where.shown}: {len(text.encode())} bytes, over {MAX_BYTES}")
-        if redact(text) != text:
+        if looks_secret(text):
             raise SecretInMemory()
         digest = sha256(text)
         res = self._run(ctx, "put", where, expected, text, digest)

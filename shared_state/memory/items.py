@@ -22,7 +22,6 @@ cannot name another tenant or user.
 from __future__ import annotations
 
 import hashlib
-import re
 from enum import StrEnum
 from typing import Literal, Self
 
@@ -269,19 +268,3 @@ def normalized(text: str) -> str:
 
 def digest(text: str) -> str:
     return hashlib.sha256(normalized(text).encode()).hexdigest()
-
-
-SHINGLE_WORDS = 6
-
-
-def shingles(text: str) -> list[str]:
-    """Digests of the text's word windows: the fence a forget leaves behind.
-
-    A forgotten item leaves these, never its text; a later write that quotes
-    any window of it (or all of a short one) is refused. Windows are of
-    alphanumeric runs, so punctuation and spacing don't hide a quote.
-    """
-    words = re.findall(r"[a-z0-9]+", text.lower())  # punctuation and spacing don't hide a quote
-    n = min(SHINGLE_WORDS, len(words))
-    windows = {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
-    return sorted(hashlib.sha256(w.encode()).hexdigest()[:24] for w in windows)

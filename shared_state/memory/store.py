@@ -14,6 +14,7 @@ quoted it — is removed or redacted too (``ForgetReport`` lists it all).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -32,7 +33,7 @@ from ..errors import (
     PromotionRefused,
     SecretInMemory,
 )
-from ..redact import redact
+from ..redact import looks_secret
 from ..scripts import run_plain
 from .items import (
     AUTHORITY,
@@ -44,7 +45,6 @@ from .items import (
     ScopeKind,
     SourceKind,
     digest,
-    shingles,
 )
 
 CHANGES_MAXLEN = 10_000
@@ -54,11 +54,14 @@ REDACTED = "[forgotten]"
 
 # Tokens of a forgotten text that are redacted on their own wherever they
 # appear in the tenant's records (the context engine pins identifiers apart
-# from their sentence): 8+ characters mixing letters and digits, but not an
-# id of redfleet's own (artifacts, jobs, tasks, items), which records use to
-# point at each other.
+# from their sentence): 8+ characters with digits and letters or separators
+# (ACCT-7Q2X9, 123-45-6789), but not an id of redfleet's own, which records
+# use to point at each other.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{6,}[A-Za-z0-9]")
-_OWN_ID = re.compile(r"^(?:a|j|m|t|planner|coder|reviewer|subagent)-[0-9a-f]{6,}$")
+# redfleet's own ids: artifacts a-, jobs j-, items m-, tasks p-/c-/r-/s-, episodes, workers.
+_OWN_ID = re.compile(
+    r"^(?:[a-z]-[0-9a-f]{5,}|m-ep-j-[0-9a-f]+-\d+|(?:planner|coder|reviewer|subagent)-[\w.-]+)$"
+)
 
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -179,7 +182,7 @@ class MemoryStore:
     def _store(
         self, ctx: MemoryContext, claim: Claim, *, item_id: str, promoted_from: str = ""
     ) -> MemoryItem:
-        if redact(claim.text) != claim.text:
+        if looks_secret(claim.text):
             raise SecretInMemory()
         key = claim.claim_key
         try:
@@ -201,7 +204,6 @@ class MemoryStore:
         valid_for_s = claim.valid_for_s
         if claim.scope.kind is ScopeKind.TEMP and not valid_for_s:
             valid_for_s = TEMP_TTL_S
-        marks = shingles(claim.text)
         res = run_plain(
             self.client,
             "memoryWrite",
@@ -224,8 +226,6 @@ class MemoryStore:
                 _claim_digest(key, claim.text),
                 promoted_from,
                 self.changes_maxlen,
-                len(marks),
-                *marks,
                 *provenance.derived_from,
             ],
         )
@@ -353,8 +353,9 @@ class MemoryStore:
             for i in gone
             if i in before
         ]
-        texts = [before[i].text for i in gone if i in before]
-        report.redacted = self._redact_records(tenant, _needles(texts))
+        # From what was read before the script: a re-sent forget (a lost reply) finds the
+        # items gone and names none, and their quotes must still be redacted.
+        report.redacted = self._redact_records(tenant, _needles(i.text for i in before.values()))
         return report
 
     def expire_jobs(self, job_ids: Sequence[str]) -> int:
@@ -400,28 +401,45 @@ class MemoryStore:
         return list(seen)
 
     def _redact_records(self, tenant: str, needles: list[str]) -> list[str]:
-        """Rewrite or delete what quotes ``needles`` in the tenant's job records, memory files
-        and events."""
+        """Redact ``needles`` where the tenant's records hold text: artifacts, working-state
+        checkpoints, journal entries, job and global events, memory files and their versions.
+
+        Only text is touched, never what records use to find each other (ids,
+        set and index members, job and task fields): a needle may be an id.
+        """
         jobs = self._jobs_of(tenant)
         touched: list[str] = []
         for key in self.client.scan_iter(match=f"{keys.PREFIX}:{{*", count=1000):
             name = key.decode()
-            tag = name[len(keys.PREFIX) + 2 : name.find("}")]
-            if tag in jobs and _redact_key(self.client, key, needles):
+            tag, _, rest = name[len(keys.PREFIX) + 2 :].partition("}:")
+            if tag not in jobs:
+                continue
+            if rest.startswith("artifact:"):
+                changed = _scrub_hash(self.client, key, needles, _ARTIFACT_TEXT)
+            elif rest in ("checkpoints", "journal"):
+                changed = _scrub_hash(self.client, key, needles, None)
+            elif rest == "events":
+                changed = _drop_entries(self.client, key, needles)
+            else:
+                continue
+            if changed:
                 touched.append(name)
-        # Memory files (and their kept versions) that quoted it.
-        for key in self.client.scan_iter(match=f"{keys.memory_prefix(tenant)}file*", count=1000):
-            if _redact_key(self.client, key, needles):
+        prefix = keys.memory_prefix(tenant)
+        for key in self.client.scan_iter(match=f"{prefix}file*", count=1000):
+            rest = key.decode()[len(prefix) :]
+            if rest.startswith("file:"):
+                changed = _scrub_hash(self.client, key, needles, ("content",))
+                if changed:  # the file's digest follows its new content
+                    content = self.client.hget(key, "content") or b""
+                    self.client.hset(key, "sha256", hashlib.sha256(content).hexdigest())
+            elif rest.startswith("filev:"):
+                changed = _scrub_list(self.client, key, needles)
+            else:
+                continue
+            if changed:
                 touched.append(key.decode())
-        events = [
-            entry_id
-            for entry_id, fields in self.client.xrange(keys.EVENTS)
-            if fields.get(b"job_id", b"").decode() in jobs
-            and any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
-        ]
-        if events:
-            self.client.xdel(keys.EVENTS, *events)
-            touched.append(f"{keys.EVENTS} ({len(events)} entries)")
+        if _drop_entries(self.client, keys.EVENTS, needles, jobs=jobs):
+            touched.append(keys.EVENTS)
         return touched
 
     def _jobs_of(self, tenant: str) -> set[str]:
@@ -475,61 +493,56 @@ def _needles(texts: Iterable[str]) -> list[str]:
         found[text] = None
         found[json.dumps(text)[1:-1]] = None
         for token in _IDENTIFIER.findall(text):
-            if (
-                any(c.isdigit() for c in token)
-                and any(c.isalpha() for c in token)
-                and not _OWN_ID.match(token)
-            ):
+            mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
+            if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
                 found[token] = None
     return sorted(found, key=len, reverse=True)
 
 
-def _redact_key(client: redis.Redis, key: bytes, needles: list[str]) -> bool:
-    """Redact ``needles`` in one key, whatever its type; True if anything changed."""
-    kind = client.type(key).decode()
-    if kind == "hash":
-        changed = {}
-        for name, value in client.hgetall(key).items():
-            text = value.decode(errors="replace")
-            clean = _scrub(text, needles)
-            if clean != text:
-                changed[name] = clean
-        if changed:
-            client.hset(key, mapping={**changed, b"redacted": b"1"})
-        return bool(changed)
-    if kind == "string":
-        text = client.get(key).decode(errors="replace")
+_ARTIFACT_TEXT = ("content", "preview", "title")
+
+
+def _scrub_hash(
+    client: redis.Redis, key: bytes, needles: list[str], fields: Sequence[str] | None
+) -> bool:
+    """Redact the values (never the field names) of a hash, or only of ``fields``."""
+    changed = {}
+    for name, value in client.hgetall(key).items():
+        if fields is not None and name.decode() not in fields:
+            continue
+        text = value.decode(errors="replace")
         clean = _scrub(text, needles)
         if clean != text:
-            client.set(key, clean, keepttl=True)
-        return clean != text
-    if kind == "stream":
-        hits = [
-            entry_id
-            for entry_id, fields in client.xrange(key)
-            if any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
-        ]
-        if hits:
-            client.xdel(key, *hits)
-        return bool(hits)
-    members: list[bytes] = []
-    if kind in ("set", "zset", "list"):
-        if kind == "set":
-            members = list(client.smembers(key))
-        elif kind == "zset":
-            members = client.zrange(key, 0, -1)
-        else:
-            members = client.lrange(key, 0, -1)
-        hits = [m for m in members if any(n in m.decode(errors="replace") for n in needles)]
-        for member in hits:
-            if kind == "set":
-                client.srem(key, member)
-            elif kind == "zset":
-                client.zrem(key, member)
-            else:
-                client.lrem(key, 0, member)
-        return bool(hits)
-    return False
+            changed[name] = clean
+    if changed:
+        client.hset(key, mapping=changed)
+    return bool(changed)
+
+
+def _scrub_list(client: redis.Redis, key: bytes, needles: list[str]) -> bool:
+    changed = False
+    for index, value in enumerate(client.lrange(key, 0, -1)):
+        text = value.decode(errors="replace")
+        clean = _scrub(text, needles)
+        if clean != text:
+            client.lset(key, index, clean)
+            changed = True
+    return changed
+
+
+def _drop_entries(
+    client: redis.Redis, key: bytes | str, needles: list[str], *, jobs: set[str] | None = None
+) -> bool:
+    """Delete the stream entries quoting a needle (of ``jobs`` only, in the global stream)."""
+    hits = [
+        entry_id
+        for entry_id, fields in client.xrange(key)
+        if (jobs is None or fields.get(b"job_id", b"").decode() in jobs)
+        and any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
+    ]
+    if hits:
+        client.xdel(key, *hits)
+    return bool(hits)
 
 
 def _scrub(text: str, needles: list[str]) -> str:

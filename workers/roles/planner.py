@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from shared_state import ArtifactRef, Role, Trust
 from shared_state.errors import MemoryNotFound, MemoryRefused
 from shared_state.memory import Claim, Evidence, MemoryItem, Scope, ScopeKind, SourceKind
-from shared_state.memory.files import PROJECT_MEMORY
+from shared_state.memory.files import DECISION_LOG
 
 from ..context import Message
 from ..errors import ToolRefused
@@ -261,9 +261,28 @@ class Planner(AgentTask):
 
         Each feature that passed becomes a fact of the job, promoted to ``app:``
         through the gate with the reviewer's verdict as its evidence; the
-        job's decisions are appended to the project's AGENTS.md (once: the
-        block names the job).
+        job's decisions are appended to the project's decision log,
+        ``/memories/project/decisions.md`` (once: the block names the job) —
+        not to AGENTS.md, which is read into every system prompt: what an
+        agent decided is data for the next job, never its instructions. A
+        refusal (something forgotten, a file full) is logged; the job still
+        succeeds.
         """
+        try:
+            self._promote_verified(features, verdict)
+            decisions = [
+                i
+                for i in self.run.state.memory.items(
+                    self.memory, scope=Scope(kind=ScopeKind.JOB, id=self.task.job_id)
+                )
+                if i.kind == "decision"
+            ]
+            if decisions:
+                self._append_decisions(decisions)
+        except (MemoryRefused, ValueError) as exc:
+            log.warning("memory not left for the next jobs", job=self.task.job_id, reason=str(exc))
+
+    def _promote_verified(self, features: FeatureList, verdict: ArtifactRef | None) -> None:
         memory, ctx = self.run.state.memory, self.memory
         job_scope = Scope(kind=ScopeKind.JOB, id=self.task.job_id)
         if verdict is not None:
@@ -283,13 +302,10 @@ class Planner(AgentTask):
                 )
                 evidence = Evidence(job=self.task.job_id, artifact_id=verdict.id, feature_id=f.id)
                 memory.promote(ctx, fact.id, Scope(kind=ScopeKind.APP), evidence=evidence)
-        decisions = [i for i in memory.items(ctx, scope=job_scope) if i.kind == "decision"]
-        if decisions:
-            self._append_decisions(decisions)
 
     def _append_decisions(self, decisions: list[MemoryItem]) -> None:
         files, ctx = self.run.state.memory_files, self.memory
-        header = f"## Decisions of job {self.task.job_id}"
+        header = f"## Decisions of job {self.task.job_id} (agent-recorded, not verified)"
         block = "\n".join(
             [
                 "",
@@ -299,15 +315,12 @@ class Planner(AgentTask):
             ]
         )
         try:
-            try:
-                current, sha = files.read(ctx, PROJECT_MEMORY)
-            except MemoryNotFound:
-                files.create(ctx, PROJECT_MEMORY, "# Project memory\n" + block + "\n",
-                             expected_sha256="", operator=True)  # fmt: skip
-                return
-            if header in current:
-                return  # this job's block is there already (a re-run of the stage)
-            lines = len(current.splitlines())
-            files.insert(ctx, PROJECT_MEMORY, lines, block, expected_sha256=sha, operator=True)
-        except MemoryRefused as exc:  # full (100 kB), or changed meanwhile: the job still succeeds
-            log.warning("decisions not appended to the project memory", reason=str(exc))
+            current, sha = files.read(ctx, DECISION_LOG)
+        except MemoryNotFound:
+            files.create(ctx, DECISION_LOG, "# Decisions of the project's jobs\n" + block + "\n",
+                         expected_sha256="", operator=True)  # fmt: skip
+            return
+        if header in current:
+            return  # this job's block is there already (a re-run of the stage)
+        lines = len(current.splitlines())
+        files.insert(ctx, DECISION_LOG, lines, block, expected_sha256=sha, operator=True)

@@ -9,12 +9,14 @@ from the task's job (its ``MemoryContext``), never from the arguments: a
 path names a directory, not a tenant or a user.
 
 Recalled items reach the model as labelled data — each with its source,
-authority, scope and age — never as instructions (``render_recalled``).
+authority, scope and age, its text escaped so that it cannot close its block
+— never as instructions (``render_recalled``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from html import escape
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,10 +64,12 @@ def render_recalled(items: Sequence[MemoryItem], now_ms: int) -> str:
     for item in items:
         p = item.provenance
         text = item.text if len(item.text) <= ITEM_CHARS else item.text[:ITEM_CHARS] + " [...]"
+        # Escaped: a stored text or source cannot close its block or forge an attribute.
         blocks.append(
             f'<memory id="{item.id}" kind="{item.kind}" scope="{item.scope}" '
             f'source="{p.source_kind.value}" authority="{p.authority}" '
-            f'age="{age_text(now_ms - p.observed_at)}" from="{p.source_ref}">\n{text}\n</memory>'
+            f'age="{age_text(now_ms - p.observed_at)}" from="{escape(p.source_ref)}">\n'
+            f"{escape(text)}\n</memory>"
         )
     return "\n".join(blocks)
 
