@@ -216,7 +216,7 @@ def add(
     if as_json:
         views.print_json(_doc(item))
     else:
-        views.write_line(f"{item.id} {item.status} ({item.scope} {item.key})")
+        views.write_line(one_line(f"{item.id} {item.status} ({item.scope} {item.key})"))
 
 
 @memory_app.command()

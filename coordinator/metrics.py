@@ -3,7 +3,9 @@
 Counters come from ``rf:metrics``, which the event mirror adds to as it
 writes every job's events to the global stream (``mirrorEvents``), so they are
 fleet-wide — every worker on every machine — and survive the process serving
-them; they lag the job streams as the mirror does (up to a heartbeat).
+them; they lag the job streams as the mirror does (up to a heartbeat), and
+a mirror batch re-sent after a lost reply is counted twice. A scrape costs
+one read of the counters, and per unfinished job its tasks and leases.
 Gauges are read from the records at scrape time: live claims, queue depths,
 workers by role and state, tasks of unfinished jobs by role and status.
 
@@ -15,7 +17,7 @@ workers by role and state, tasks of unfinished jobs by role and status.
     redfleet_cache_hit_ratio                   cached / input tokens, all calls
     redfleet_context_high_water_tokens         the largest input of any call
     redfleet_step_latency_seconds              histogram of model call latency
-    redfleet_tasks{role,status}, redfleet_claims{role}, redfleet_queue_depth{queue},
+    redfleet_tasks{role,status}, redfleet_claims_live{role}, redfleet_queue_depth{queue},
     redfleet_workers{role,state}, redfleet_jobs_active
 """
 
@@ -35,6 +37,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from shared_state import State, keys
+
+# The bounds mirrorEvents counts into (ms), in its order.
+LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -124,6 +124,10 @@ class JobStore:
                     *(x for kv in fields.items() for x in kv),
                 ],
             )
+            if res.data.get("existed") and once:
+                found = self.get(job_id)
+                if found.root_task != root:  # another submit with the key wrote it first
+                    return found.model_copy(update={"existed": True})
             if res.code == Code.NOT_CLAIMABLE:
                 if once and self.client.get(once) == job_id.encode():
                     self.client.delete(once)  # the next submit with the key starts afresh

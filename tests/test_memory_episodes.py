@@ -65,3 +65,20 @@ def test_a_scripted_behaviour_job_leaves_no_episode(state: State) -> None:
     state.jobs.retire(job.job_id)
     assert record_episode(MemoryStore(state.client), state.jobs.get(job.job_id)) is None
     assert list(state.client.scan_iter(match="rf:mem:*item*")) == []
+
+
+def test_a_job_whose_episode_is_refused_still_retires(state: State) -> None:
+    store = MemoryStore(state.client)
+    ctx = MemoryContext(tenant="default", user="default", actor="cli:t")
+    said = "ship the export to the eu bucket"
+    item = store.write(
+        ctx,
+        Claim(scope=Scope.parse("app:"), text=said, source_kind=SourceKind.USER, source_ref="m"),
+    )
+    store.forget(ctx, [item.id])
+    job = state.jobs.submit(JobSpec(goal=said, scenario=Scenario.AGENTS, max_attempts=1))
+    claimed = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
+    state.tasks.fail(claimed.claim, "no", retryable=False)
+    assert state.jobs.finalize(job.job_id)  # the episode would quote it: not written, no error
+    assert not state.client.sismember("rf:jobs:active", job.job_id)
+    assert [i for i in store.items(ctx, include_expired=True) if i.kind == "episode"] == []

@@ -230,7 +230,15 @@ def test_promotion_needs_evidence_the_users_word_or_repetition(
     store: MemoryStore, state: State
 ) -> None:
     c = ctx()
-    agent = store.write(c, claim("retries use jittered backoff", key="retry"))
+    agent = store.write(
+        c,
+        Claim(scope=Scope.parse("job:j-1:"), text="retries use jittered backoff", key="retry",
+              source_kind=SourceKind.AGENT, source_ref="feature list, F1"),
+    )  # fmt: skip
+    unrelated = store.write(c, claim("the cache is warm", key="cache"))
+    with pytest.raises(PromotionRefused, match="does not name feature F1"):
+        store.promote(c, unrelated.id, APP, evidence=Evidence(job="j-1", artifact_id=_verdict(
+            state, "j-1", passes=True), feature_id="F1"))  # fmt: skip
     with pytest.raises(PromotionRefused, match="seen in 1 job"):
         store.promote(c, agent.id, Scope.parse("user:alice:"))
     failing = _verdict(state, "j-1", passes=False)
@@ -459,3 +467,64 @@ def test_pruning_an_expired_job_drops_its_job_and_temp_items(
     for gone in (own, scratch):
         with pytest.raises(MemoryNotFound):
             store.get(c, gone.id, operator=True)
+
+
+def test_forget_never_touches_ids_or_the_fields_records_find_each_other_by(
+    store: MemoryStore, state: State
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", user="alice"))
+    root = job.root_task  # an id an episode's sources quote
+    c = ctx(job=job.job_id)
+    item = store.write(
+        c, claim(f"decided by {root} at step 2: ship it", scope=f"job:{job.job_id}:")
+    )
+    store.forget(c, [item.id])
+    assert state.jobs.get(job.job_id).root_task == root
+    assert state.client.sismember(keys.tasks(job.job_id), root)
+    assert state.tasks.get(job.job_id, root).task_id == root
+    assert state.events.read(job.job_id)  # its lifecycle events stay
+
+
+def test_a_resent_forget_still_redacts_what_quoted_the_item(
+    store: MemoryStore, state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared_state.memory import store as store_module
+
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", user="alice"))
+    c = ctx(job=job.job_id)
+    item = store.write(c, claim("the vault code is QX77812", scope=f"job:{job.job_id}:"))
+    state.client.hset(keys.checkpoints(job.job_id), "t-1", '{"ids": ["QX77812"]}')
+    real = store_module.run_plain
+
+    def twice(client, name, keys_, args):  # the reply to the first call was lost
+        if name == "memoryForget":
+            real(client, name, keys_, args)
+        return real(client, name, keys_, args)
+
+    monkeypatch.setattr(store_module, "run_plain", twice)
+    report = store.forget(c, [item.id])
+    assert b"QX77812" not in state.client.hget(keys.checkpoints(job.job_id), "t-1")
+    assert report.redacted
+
+
+def test_a_short_forgotten_item_quoted_inside_a_longer_text_is_refused(store: MemoryStore) -> None:
+    c = ctx()
+    item = store.write(c, claim("door code is 4417"))
+    store.forget(c, [item.id])
+    with pytest.raises(Forgotten):
+        store.write(c, claim("remember: the door code is 4417 for the lab"))
+    assert store.write(c, claim("the lab door has a keypad")).status == "current"
+
+
+def test_repeating_a_claim_renews_it_once_expired_and_a_stronger_source_confirms_it(
+    store: MemoryStore, state: State
+) -> None:
+    c = ctx()
+    first = store.write(c, claim("db port is 5432", key="db.port", valid_for_s=60))
+    state.client.hset(keys.memory_item("acme", first.id), "valid_until", 1)
+    renewed = store.write(c, claim("db port is 5432", key="db.port"))
+    assert renewed.id != first.id and renewed.status == "current"
+    confirmed = store.write(c, claim("db port is 5432", key="db.port", source=SourceKind.USER))
+    assert confirmed.id != renewed.id and confirmed.provenance.authority == 3
+    again = store.write(c, claim("db port is 5432", key="db.port"))  # weaker: a repeat
+    assert again.id == confirmed.id

@@ -100,3 +100,14 @@ def test_reaps_are_counted_as_the_job_streams_record_them(state: State, start_fl
         return value if value == len(ended) else None
 
     assert wait_for(reaps, 30, "the reaps to be counted") == 2
+
+
+def test_the_collector_knows_the_buckets_the_mirror_counts_into() -> None:
+    import re
+    from pathlib import Path
+
+    from coordinator.metrics import LATENCY_BUCKETS_MS
+
+    lua = Path(__file__).parent.parent / "shared_state" / "lua" / "mirrorEvents-2.lua"
+    (listed,) = re.findall(r"LATENCY_BUCKETS_MS = \{([^}]*)\}", lua.read_text())
+    assert tuple(int(x) for x in listed.split(",")) == LATENCY_BUCKETS_MS

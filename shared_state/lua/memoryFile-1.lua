@@ -30,7 +30,12 @@ local keep = tonumber(ARGV[8])
 
 local now_ = redis.call('HMGET', fileKey, 'sha256', 'version', 'content')
 local current = now_[1] or ''
-if expected ~= '*' and expected ~= current then return reply(-2, {current = current}) end
+if expected ~= '*' and expected ~= current then
+  if op == 'put' and current == ARGV[6] then  -- this very put, re-sent after a lost reply
+    return reply(1, {sha256 = current, version = tonumber(now_[2])})
+  end
+  return reply(-2, {current = current})
+end
 if op ~= 'put' and current == '' then return reply(-1, {current = ''}) end
 
 local function archive()

@@ -17,8 +17,11 @@
     event|<name>|<role>        every event, by name and role ('' if none)
     reaps, redeliveries        attempts ended by an expired lease, lost deliveries
     tokens|input|cached|output model.called tokens; cost_micro_usd
-    latency|le|<ms>, latency|count, latency|sum   the step latency histogram (cumulative)
+    latency|le|<ms>, latency|count, latency|sum   the step latency histogram (cumulative;
+                               steps only, not summarizing calls)
     high_water                 the largest input of any call (tokens)
+
+  A batch re-sent after a lost reply is counted twice, as it is mirrored twice.
 
   Returns the number of entries added (a plain integer: this script writes no
   job state, so it has no {code, data, events} reply).
@@ -49,7 +52,7 @@ while at <= #ARGV do
       redis.call('HSET', metrics, 'high_water', input)
     end
     local ms = tonumber(f['latency_ms'] or '')
-    if ms then
+    if ms and f['kind'] ~= 'compaction' then  -- a summarizing call is not a step
       for _, le in ipairs(LATENCY_BUCKETS_MS) do
         if ms <= le then redis.call('HINCRBY', metrics, 'latency|le|' .. le, 1) end
       end

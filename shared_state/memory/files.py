@@ -288,7 +288,7 @@ class MemoryFiles:
 
     def _file(self, ctx: MemoryContext, path: str) -> MemoryPath:
         where = resolve(ctx, path)
-        if not where.relative:
+        if not where.relative or path.endswith("/"):
             raise MemoryRefused(f"{where.shown} is a directory")
         return where
 

@@ -54,10 +54,10 @@ REDACTED = "[forgotten]"
 
 # Tokens of a forgotten text that are redacted on their own wherever they
 # appear in the tenant's records (the context engine pins identifiers apart
-# from their sentence): 8+ characters with digits and letters or separators
+# from their sentence): 6+ characters with digits and letters or separators
 # (ACCT-7Q2X9, 123-45-6789), but not an id of redfleet's own, which records
 # use to point at each other.
-_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{6,}[A-Za-z0-9]")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{4,}[A-Za-z0-9]")
 # redfleet's own ids: artifacts a-, jobs j-, items m-, tasks p-/c-/r-/s-, episodes, workers.
 _OWN_ID = re.compile(
     r"^(?:[a-z]-[0-9a-f]{5,}|m-ep-j-[0-9a-f]+-\d+|(?:planner|coder|reviewer|subagent)-[\w.-]+)$"
@@ -69,7 +69,10 @@ def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 class Evidence(BaseModel):
-    """A passing check: a trusted verdict artifact of a job in which a feature passes."""
+    """A passing check: a trusted verdict artifact of a job in which a feature passes.
+
+    It proves the item that names that feature in its source (``feature list, F1``).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -465,6 +468,11 @@ class MemoryStore:
     def _check_evidence(self, ctx: MemoryContext, item: MemoryItem, evidence: Evidence) -> None:
         if evidence.job != item.provenance.job:
             raise PromotionRefused(f"evidence from job {evidence.job}, the item is from another")
+        if not re.search(rf"\b{re.escape(evidence.feature_id)}\b", item.provenance.source_ref):
+            # A passing check proves its own feature, not any claim of the same job.
+            raise PromotionRefused(
+                f"{item.id} does not name feature {evidence.feature_id} in its source"
+            )
         raw = _decode(self.client.hgetall(keys.artifact(evidence.job, evidence.artifact_id)))
         if raw.get("kind") != "verdict" or raw.get("trust") != "trusted":
             raise PromotionRefused(f"{evidence.artifact_id} is not a trusted verdict artifact")

@@ -318,12 +318,14 @@ class AgentTask:
     def _remember(self, a: Note, step: int) -> None:
         """A fact or decision goes to the job's memory too: its episode, and later jobs."""
         ref = f"note of {self.task.task_id} at step {step}"
+        if a.source:  # whole in the working state; named, and cut to fit, in the provenance
+            ref += f", source {a.source[:120]}"
         claim = Claim(
             scope=Scope(kind=ScopeKind.JOB, id=self.task.job_id),
             text=a.text,
             kind=a.kind,  # type: ignore[arg-type]  # fact or decision
             source_kind=SourceKind.AGENT,
-            source_ref=f"{ref}, source {a.source}" if a.source else ref,
+            source_ref=ref,
         )
         try:
             self.run.state.memory.write(self.memory, claim)
