@@ -8,7 +8,16 @@ import pytest
 
 from coordinator.api import Client
 from coordinator.reaper import Reaper
-from shared_state import Fenced, JobStatus, NotBlocked, State, TaskStatus, keys
+from shared_state import (
+    EffectStatus,
+    Fenced,
+    JobStatus,
+    JournalEntry,
+    NotBlocked,
+    State,
+    TaskStatus,
+    keys,
+)
 
 from .conftest import events_named
 from .helpers import job_with_children
@@ -101,3 +110,45 @@ def test_approve_and_reject_at_the_cli(state: State, redis_url: str) -> None:
     out = run("reject", job.job_id, b, "--note", "no", "--json", url=redis_url)
     assert json.loads(out.stdout)["decision"] == "rejected"
     assert state.jobs.get(job.job_id).status is JobStatus.FAILED
+
+
+def test_an_unsettleable_effect_blocks_and_its_approval_lets_only_that_effect_through(
+    state: State,
+) -> None:
+    from workers.errors import Blocked
+    from workers.heartbeat import Heartbeat
+    from workers.journal import approval_digest
+    from workers.task_run import TaskRun
+
+    from .test_journal import Bump, _left_intent, claimed, journal
+
+    run, bump = claimed(state), Bump(found=None, idempotent=False)
+    key = _left_intent(run, bump)
+    with pytest.raises(Blocked) as raised:
+        journal(run, bump).reconcile()
+    assert key in raised.value.question
+    entry = state.records(run.job.job_id).journal(run.task.task_id)[key]
+    assert raised.value.approval_for == approval_digest(entry)
+    run.block(raised.value.question, approval_for=raised.value.approval_for)
+    job_id, task_id = run.job.job_id, run.task.task_id
+    assert state.tasks.get(job_id, task_id).status is TaskStatus.BLOCKED
+    assert state.jobs.get(job_id).status is JobStatus.BLOCKED
+
+    state.tasks.decide(job_id, task_id, approve=True, note="it did not go out", by="cli:ann")
+    again = state.tasks.claim(job_id, task_id, "w2", 60_000)
+    beat = Heartbeat(state, worker_id="w2", role=again.task.role, lease_ms=60_000, info={})
+    beat.hold(again.claim)
+    resumed = TaskRun(state, again.job, again.task, again.claim, beat)
+    notes = journal(resumed, bump).reconcile()
+    assert bump.effects == [7]  # made once, on the approval
+    assert notes and "made again on a person's approval" in notes[0]
+    # Another unsettled effect is not covered by that approval.
+    other = journal(resumed, bump)
+    other_key = other.key("bump", "counter", {"n": 8})
+    left = JournalEntry(
+        key=other_key, task_id=task_id, tool="bump", status=EffectStatus.INTENT, detail={"n": 8}
+    )
+    state.records(job_id).write(resumed.claim, journal=[left])
+    with pytest.raises(Blocked):
+        journal(resumed, bump).reconcile()
+    assert bump.effects == [7]

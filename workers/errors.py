@@ -46,7 +46,16 @@ class ToolRefused(WorkerError):
 
 class Blocked(WorkerError):
     """A journaled effect has an intent but no result, and neither a check nor
-    idempotence makes it safe to settle: the task stops for a person to decide."""
+    idempotence makes it safe to settle: the task stops for a person to decide.
+
+    ``approval_for`` is the digest of that effect's journal key (its tool, target and
+    arguments): an approval lets this effect through, and no other.
+    """
+
+    def __init__(self, question: str, *, approval_for: str) -> None:
+        super().__init__(question)
+        self.question = question
+        self.approval_for = approval_for
 
 
 class ContextError(WorkerError):

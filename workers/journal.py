@@ -45,6 +45,12 @@ class EffectKind(Protocol):
         ...
 
 
+def approval_digest(entry: JournalEntry) -> str:
+    """What an approval of ``entry`` is bound to: its key names the tool, target, arguments
+    and stage, so a changed call is another digest and needs its own approval."""
+    return hashlib.sha256(entry.key.encode()).hexdigest()[:16]
+
+
 class Journal:
     """One task's journal, for the stage it runs now."""
 
@@ -95,10 +101,16 @@ class Journal:
         return result
 
     def reconcile(self) -> list[str]:
-        """Settle the intents an earlier attempt left without a result; what was done, per line."""
+        """Settle the intents an earlier attempt left without a result; what was done, per line.
+
+        One that neither its check nor idempotence can settle raises ``Blocked``
+        (the task waits for a person); once a person approved that very effect
+        (``approved_for`` on the task: the digest of its key), it is made now.
+        """
         notes = []
+        approved = self.run.task.approved_for
         for entry in list(self.entries.values()):
-            if entry.status is not EffectStatus.INTENT:
+            if entry.status not in (EffectStatus.INTENT, EffectStatus.BLOCKED):
                 continue
             kind = self.kinds.get(entry.tool)
             found = kind.check(entry) if kind is not None else None
@@ -106,13 +118,18 @@ class Journal:
                 settled = entry.to(EffectStatus.DONE, "settled on resume: the effect was found")
             elif found is False:
                 settled = entry.to(EffectStatus.NOT_DONE, "settled on resume: it never took effect")
-            elif kind is not None and kind.idempotent:
-                settled = entry.to(EffectStatus.DONE, kind.apply(entry))
+            elif kind is not None and (kind.idempotent or approved == approval_digest(entry)):
+                result = kind.apply(entry)
+                if not kind.idempotent:
+                    result = f"made again on a person's approval: {result}"
+                settled = entry.to(EffectStatus.DONE, result)
             else:
                 self._write(entry.to(EffectStatus.BLOCKED, "cannot tell whether it took effect"))
                 raise Blocked(
-                    f"blocked: {entry.tool} ({entry.key}) was started by an earlier attempt; "
-                    "it has no result, no check and is not idempotent — a person must decide"
+                    f"{entry.key} was started by an earlier attempt and may or may not have "
+                    "taken effect (no result, no check, not idempotent): approve to make it "
+                    "again, or reject",
+                    approval_for=approval_digest(entry),
                 )
             self._write(settled)
             notes.append(f"{entry.tool} {entry.key}: {settled.result}")

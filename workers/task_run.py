@@ -68,6 +68,15 @@ class TaskRun:
             self._handoff()
         return outcome
 
+    def block(self, question: str, *, approval_for: str) -> None:
+        """Park the task for a person (its job is blocked); it resumes at this stage."""
+        self.heartbeat.settle(
+            lambda: self.state.tasks.block(
+                self.claim, question, approval_for=approval_for, stage=self.task.stage
+            )
+        )
+        self._handoff()  # the package names what waits for the person
+
     def _handoff(self) -> None:
         """The ended job's handoff package, as an artifact (a scripted behaviour's too)."""
         from .handoff import write  # the package reads the roles' records; they import this

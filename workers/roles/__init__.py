@@ -40,7 +40,7 @@ def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> None:
         agent = _agent(task_run, choice, worker)
         agent.perform()
     except Blocked as exc:
-        task_run.fail(str(exc)[:500], retryable=False)
+        task_run.block(exc.question[:500], approval_for=exc.approval_for)
     except FINAL as exc:
         task_run.fail(f"{type(exc).__name__}: {exc}"[:500], retryable=False)
 

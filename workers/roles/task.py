@@ -183,6 +183,9 @@ class AgentTask:
             limits=AgentLimits(),
         )
         prompt = system_prompt(system, self.project_document, self.tok)
+        if self.task.approved_for and self.task.approval_note:  # a person's word: a user turn
+            opening = [Message(role="user", content=f"Approved: {self.task.approval_note}"),
+                       *opening]  # fmt: skip
         return loop.run(prompt, list(opening), reference=self.reference())
 
     def _save(self, working: WorkingState) -> None:
