@@ -143,3 +143,22 @@ def test_a_result_that_is_part_of_a_whole_reaches_the_history_marked_cut_with_it
     (result,) = [m for m in loop.history if m.role == "tool"]
     assert result.reduced == "cut" and result.content.startswith("last line: line")
     assert [r.kind for r in ctx.state.artifacts] == ["log"]
+
+
+def test_a_checkpoint_an_older_version_wrote_starts_the_task_afresh_and_says_so(
+    state: State,
+) -> None:
+    from shared_state import keys
+    from workers.llm import ProviderChoice
+    from workers.roles.planner import Planner
+
+    from .conftest import events_named
+    from .test_journal import claimed
+
+    run = claimed(state)
+    old = '{"version": 3, "goal": "g", "artifacts": ["[artifact a-1 file 3B trusted: x]"]}'
+    state.client.hset(keys.checkpoints(run.job.job_id), run.task.task_id, old)
+    agent = Planner(run, ProviderChoice(), "w1")
+    assert agent.context.state.goal == "g" and agent.context.state.artifacts == ()
+    (event,) = events_named(state, run.job.job_id, "checkpoint.unreadable")
+    assert event.task_id == run.task.task_id and "error" in (event.model_extra or {})

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from shared_state import ArtifactRef, BudgetExceeded, Role, Trust
 from shared_state.errors import MemoryNotFound, MemoryRefused
@@ -72,11 +72,8 @@ class AgentTask:
             if self.task.input
             else None
         )
-        saved = self.records.checkpoint(self.task.task_id)
         self.context = RunContext(
-            WorkingState.model_validate_json(saved)
-            if saved
-            else WorkingState(goal=self.input.brief if self.input else run.job.goal),
+            self._restored(),
             artifacts=self.artifacts,
             journal=Journal(run, self.records, self.task.stage, self.effects()),
             source=f"task:{self.task.task_id}",
@@ -91,6 +88,27 @@ class AgentTask:
             task=run.task.task_id,
             actor=worker,
         )
+
+    def _restored(self) -> WorkingState:
+        """The last checkpointed working state, or a fresh one.
+
+        A checkpoint this version cannot read (written by an older one) is not
+        a reason to lose the task: it starts from a fresh state, its journal
+        still settles what was done, and a ``checkpoint.unreadable`` event says so.
+        """
+        fresh = WorkingState(goal=self.input.brief if self.input else self.run.job.goal)
+        saved = self.records.checkpoint(self.task.task_id)
+        if not saved:
+            return fresh
+        try:
+            return WorkingState.model_validate_json(saved)
+        except ValidationError as exc:
+            self.run.state.events.append(
+                "checkpoint.unreadable",
+                {"task_id": self.task.task_id, "error": str(exc).splitlines()[0][:200]},
+                job_id=self.task.job_id,
+            )
+            return fresh
 
     # -- what a role defines -------------------------------------------------------------
 
