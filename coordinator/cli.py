@@ -34,7 +34,7 @@ from shared_state import (
     StateError,
 )
 from shared_state.redact import redact
-from workers import handoff
+from workers import handoff, resume
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, metrics, views
@@ -616,6 +616,86 @@ def cancel(
         views.print_json({"job_id": job_id, "status": "cancelled", "already": already})
     else:
         print(f"{job_id} was already cancelled" if already else f"{job_id} cancelled")
+
+
+_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_ms(text: str, option: str) -> int:
+    """``90s``, ``30m``, ``24h``, ``7d`` in milliseconds; CoordinatorError naming the option."""
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in _DURATION or not number.isdigit() or int(number) <= 0:
+        raise CoordinatorError(
+            f"{option}: expected a duration like 90s, 30m, 24h or 7d, not {text!r}"
+        )
+    return int(number) * _DURATION[unit] * 1000
+
+
+@app.command("resume")
+def resume_cmd(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="A finished agents job.")],
+    goal: Annotated[
+        str | None, typer.Option("--goal", help="A new goal: every feature is redone.")
+    ] = None,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constraint",
+            metavar="TEXT",
+            help="The job's constraints from now on (repeat it; replaces the earlier ones). A "
+            "feature a new one bears on is redone.",
+        ),
+    ] = None,
+    max_evidence_age: Annotated[
+        str | None,
+        typer.Option(
+            "--max-evidence-age",
+            metavar="AGE",
+            help="Re-verify a passing feature whose evidence is older, e.g. 24h.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the checks' verdicts; start nothing.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Show the new round's progress until it ends.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new round of a finished job, from its records, after resumption checks.
+
+    Each feature gets a verdict: redo (it does not pass, the goal changed, or
+    a new constraint bears on it), reverify (its evidence is older than
+    --max-evidence-age, was recorded under other criteria, or a workspace file
+    was written after it) or keep. Redo and reverify features are failing
+    again; the planner starts from these findings (not from a transcript) and
+    dispatches fixes or the reviewer. Nothing is started when every feature
+    keeps its evidence.
+    """
+    _check_job_id(job_id)
+    age_ms = _duration_ms(max_evidence_age, "--max-evidence-age") if max_evidence_age else None
+    settings = Settings()
+    with open_state(settings) as state:
+        found = resume.plan(
+            state, job_id, goal=goal, constraints=constraint, max_evidence_age_ms=age_ms
+        )
+        stage = "" if dry_run else resume.start(state, found)
+        doc = {**found.model_dump(mode="json"), "started": bool(stage), "stage": stage or None}
+        if as_json and not wait:
+            views.print_json(doc)
+            return
+        if not as_json:
+            for check in found.checks:
+                views.write_line(one_line(f"{check.feature_id} {check.verdict}: {check.why}"))
+            if not stage:
+                views.write_line(
+                    "nothing started (--dry-run)" if dry_run
+                    else "nothing to do: every feature keeps its evidence"
+                )  # fmt: skip
+                return
+            views.write_line(f"{job_id}: a new round started at {stage}")
+        if wait:
+            _wait_for(Client(state, settings=settings), job_id, None, as_json)
 
 
 @app.command("handoff")

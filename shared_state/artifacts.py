@@ -135,7 +135,9 @@ class ArtifactStore:
         with self.client.pipeline() as pipe:
             pipe.hset(key, mapping={**ref.model_dump(mode="json"), "content": content})
             pipe.expire(key, self.retention_s)
-            pipe.zadd(keys.artifacts(self.job_id), {ref.id: int(time.time() * 1000)}, nx=True)
+            # The latest time it was stored: content-addressed, a check's log written again
+            # by a new run is the same artifact, and its age is the new run's.
+            pipe.zadd(keys.artifacts(self.job_id), {ref.id: int(time.time() * 1000)})
             pipe.execute()
         return ref
 

@@ -10,6 +10,7 @@
     ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
     ├── NotRetryable           only a failed job can be retried
+    ├── NotResumable           a resume the job's state or records do not allow
     ├── NotBlocked             only a blocked task can be approved or rejected
     ├── BudgetExceeded         a model call would overrun the job's token budget
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
@@ -98,6 +99,14 @@ class NotRetryable(StateError):
         super().__init__(f"job {job_id} is {status}: only a failed job can be retried")
         self.job_id = job_id
         self.status = status
+
+
+class NotResumable(StateError):
+    """A resume of a job that is still running, or has nothing to resume from."""
+
+    def __init__(self, job_id: str, why: str) -> None:
+        super().__init__(f"job {job_id} cannot be resumed: {why}")
+        self.job_id = job_id
 
 
 class NotBlocked(StateError):

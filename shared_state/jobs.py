@@ -14,6 +14,7 @@ from .errors import (
     JobFinished,
     JobNotFound,
     MemoryRefused,
+    NotResumable,
     NotRetryable,
     SubmitUnconfirmed,
 )
@@ -22,7 +23,7 @@ from .memory.episodes import record_episode
 from .memory.store import MemoryStore
 from .models import Job, JobSpec, JobStatus, Role
 from .redact import redact
-from .scripts import Runner, server_ms, to_ms
+from .scripts import Runner, ScriptResult, server_ms, to_ms
 from .tasks import new_task_id
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
@@ -217,36 +218,9 @@ class JobStore:
 
         The job runs again with the same id: succeeded tasks are not run
         again, and a parent waiting on its children goes on once they
-        complete. The job is retired first (what the reaper does for a
-        finished job), so a later reaper pass has nothing of it to retire.
+        complete (``_reopen``).
         """
-        self.finalize(job_id)
-        round_ = int(self.client.hget(keys.job(job_id), "retries") or 0)
-        task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
-        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
-        fixed += [keys.queued(job_id), keys.tasks(job_id)]
-        others = [k for k in keys.job_keys(job_id) if k not in fixed]
-        # Watched and kept before the script runs: a crash after it leaves a running job
-        # the reaper sees and the index keeps; a crash before it, a failed job the reaper
-        # retires again.
-        expiring = self.client.zscore(keys.EXPIRING_JOBS, job_id)
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.sadd(keys.ACTIVE_JOBS, job_id)
-            pipe.zrem(keys.EXPIRING_JOBS, job_id)
-            added, _ = pipe.execute()
-        res = self.runner.run(
-            "retryJob",
-            job_id,
-            [*fixed, *others, *(keys.task(job_id, t) for t in task_ids)],
-            [len(others), round_],
-        )
-        if res.code != Code.OK:
-            if expiring is not None:
-                self.client.zadd(keys.EXPIRING_JOBS, {job_id: expiring})
-            if added:  # it was not watched before: a finished job stays retired
-                self.client.srem(keys.ACTIVE_JOBS, job_id)
-        if res.code == Code.NOT_FOUND:
-            raise JobNotFound(job_id)
+        res, task_ids = self._reopen(job_id, "retryJob", "retries", [])
         if res.code == Code.JOB_FINISHED:
             raise NotRetryable(job_id, res.data["job_status"])
         requeued = res.data["requeued"].split()
@@ -261,6 +235,68 @@ class JobStore:
         self.delivery.send(Envelope(job_id, t, Role(roles[t])) for t in deliver)
         self.events.flush()
         return requeued
+
+    def resume(
+        self,
+        job_id: str,
+        *,
+        stage: str,
+        goal: str,
+        constraints: str,
+        criteria_version: str,
+        criteria_changed: bool,
+    ) -> str:
+        """Queue a finished job's root planner at ``stage``: a new round, the same id.
+
+        Crash-safe as ``retry`` is (``_reopen``); returns the stage.
+        """
+        args = [stage, goal, constraints, criteria_version, int(criteria_changed)]
+        res, _ = self._reopen(job_id, "resumeJob", "resumes", args)
+        if res.code == Code.JOB_FINISHED:
+            raise NotResumable(job_id, f"it is {res.data['job_status']}: only a finished job")
+        root = self.get(job_id).root_task
+        self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
+        self.events.flush()
+        return res.data["stage"]
+
+    def _reopen(
+        self, job_id: str, script: str, counter: str, args: list[str | int]
+    ) -> tuple[ScriptResult, list[str]]:
+        """Run ``retryJob`` or ``resumeJob`` on a finished job, crash-safe; the reply and the
+        job's task ids.
+
+        The job is retired first (what the reaper does for a finished job), so a
+        later reaper pass has nothing of it to retire. It is watched (active) and
+        kept (out of the expiring index) before the script runs: a crash after
+        the script leaves a running job the reaper sees and the index keeps; a
+        crash before it, a finished job the reaper retires again. ``counter``
+        (its rounds so far) lets the script answer a re-sent call from the record.
+        """
+        self.finalize(job_id)
+        round_ = int(self.client.hget(keys.job(job_id), counter) or 0)
+        task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
+        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
+        fixed += [keys.queued(job_id), keys.tasks(job_id)]
+        others = [k for k in keys.job_keys(job_id) if k not in fixed]
+        expiring = self.client.zscore(keys.EXPIRING_JOBS, job_id)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.ACTIVE_JOBS, job_id)
+            pipe.zrem(keys.EXPIRING_JOBS, job_id)
+            added, _ = pipe.execute()
+        res = self.runner.run(
+            script,
+            job_id,
+            [*fixed, *others, *(keys.task(job_id, t) for t in task_ids)],
+            [len(others), round_, *args],
+        )
+        if res.code != Code.OK:
+            if expiring is not None:
+                self.client.zadd(keys.EXPIRING_JOBS, {job_id: expiring})
+            if added:  # it was not watched before: a finished job stays retired
+                self.client.srem(keys.ACTIVE_JOBS, job_id)
+        if res.code == Code.NOT_FOUND:
+            raise JobNotFound(job_id)
+        return res, task_ids
 
     def _roles(self, job_id: str, task_ids: list[str]) -> list[bytes]:
         pipe = self.client.pipeline(transaction=False)

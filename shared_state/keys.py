@@ -14,7 +14,7 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:budget            hash   token budget: limit, used, reserved, r:<id> reservations
     rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
     rf:{<job>}:usage:calls       set    ids of the model calls counted in usage (retries count once)
-    rf:{<job>}:artifacts         zset   artifact id -> stored at (ms)
+    rf:{<job>}:artifacts         zset   artifact id -> last stored at (ms)
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
     rf:{<job>}:journal           hash   idempotency key -> journaled tool call (intent, result)
     rf:{<job>}:checkpoints       hash   task id -> its last WorkingState (JSON)

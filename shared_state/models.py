@@ -113,6 +113,10 @@ class Job(_Record):
     tenant: str = "default"  # jobs recorded before tenants belong to the default one
     user: str = "default"
     retries: int = 0  # `redfleet retry` rounds
+    resumes: int = 0  # `redfleet resume` rounds
+    constraints: str = ""  # the user's constraints, a JSON list (`resume --constraint`)
+    criteria_version: str = ""  # of the goal, constraints and features, at the last resume
+    criteria_ms: int = 0  # when the criteria last changed (Redis time)
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 

@@ -69,7 +69,7 @@ def test_memory_and_note_are_offered_in_every_phase_of_every_role_after_the_phas
     state: State,
 ) -> None:
     run = claimed(state)
-    roles = {Planner: ["plan", "report", "review"], Coder: ["code"], Reviewer: ["review"],
+    roles = {Planner: ["plan", "report", "resume", "review"], Coder: ["code"], Reviewer: ["review"],
              Subagent: ["research"]}  # fmt: skip
     for cls, phases in roles.items():
         agent = cls(run, ProviderChoice(), "w1")

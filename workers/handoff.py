@@ -83,7 +83,8 @@ class HandoffPackage(BaseModel):
     status: str
     reason: str = ""
     goal: str
-    criteria_version: str  # a digest of the goal and the features' checks
+    criteria_version: str  # a digest of the goal, the constraints and the features' checks
+    constraints: list[str] = Field(default_factory=list)
     built_ms: int
     completed: list[FeatureItem] = Field(default_factory=list)
     remaining: list[FeatureItem] = Field(default_factory=list)  # in priority order
@@ -112,6 +113,7 @@ class HandoffPackage(BaseModel):
         if self.reason:
             out.append(f"**Why it stopped:** {self.reason}")
         out.append(f"**Criteria version:** `{self.criteria_version}`")
+        out += [f"**Constraint:** {c}" for c in self.constraints]
         out += ["", "## Done (with evidence)"]
         out += [_feature_line(f) for f in self.completed] or ["- nothing verified yet"]
         out += ["", "## Remaining (in order)"]
@@ -151,9 +153,12 @@ def _feature_line(f: FeatureItem) -> str:
     )
 
 
-def criteria_version(goal: str, features: FeatureList | None) -> str:
+def criteria_version(goal: str, constraints: list[str], features: FeatureList | None) -> str:
+    """A digest of what the job is held to: its goal, the user's constraints, the checks."""
     checks = [(f.id, f.description, f.check) for f in features.features] if features else []
-    blob = json.dumps({"goal": goal, "features": checks}, sort_keys=True)
+    blob = json.dumps(
+        {"goal": goal, "constraints": sorted(constraints), "features": checks}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -241,7 +246,8 @@ def build(state: State, job_id: str) -> HandoffPackage:
         status=job.status.value,
         reason=job.reason,
         goal=job.goal,
-        criteria_version=criteria_version(job.goal, features),
+        constraints=json.loads(job.constraints or "[]"),
+        criteria_version=criteria_version(job.goal, json.loads(job.constraints or "[]"), features),
         built_ms=server_ms(state.client),
         completed=[f for f in items if f.passes and f.evidence],
         remaining=remaining,

@@ -6,7 +6,10 @@ model's memory): ``plan`` writes the feature list and dispatches coders;
 applies the reviewer's verdict — a feature passes only with a passing check
 as evidence — and either dispatches fixes (at most ``MAX_ROUNDS`` review
 rounds) or ends with a report artifact. Stages of later rounds carry the
-round (``review.2``).
+round (``review.2``). A resumed job (``workers/resume.py``) starts a new round
+at ``resume``, its stages prefixed by it (``r1/resume``, ``r1/review.2``):
+the resumption checks' findings are its first message, and it dispatches
+fixes for what must be redone or the reviewer for what must be re-verified.
 """
 
 from __future__ import annotations
@@ -69,18 +72,23 @@ class Planner(AgentTask):
 
     @property
     def stage(self) -> tuple[str, int]:
-        """The stage's name and review round: "report.2" -> ("report", 2)."""
-        name, _, round_ = self.task.stage.partition(".")
+        """The stage's name and review round: "report.2" -> ("report", 2); a resumed
+        round's stage carries its resume prefix ("r1/report.2"), left out here."""
+        name, _, round_ = self.task.stage.rpartition("/")[2].partition(".")
         return name or "plan", int(round_ or 1)
 
     def wave(self, name: str, round_: int) -> str:
-        return name if round_ == 1 else f"{name}.{round_}"
+        """The stage a dispatch resumes at, in this resume round (its children's wave:
+        a resumed job's new children are never taken for an earlier round's)."""
+        prefix = self.task.stage.rpartition("/")[0]
+        local = name if round_ == 1 else f"{name}.{round_}"
+        return f"{prefix}/{local}" if prefix else local
 
     # -- tools -------------------------------------------------------------------------
 
     def tools(self) -> list[Tool]:
         _, round_ = self.stage
-        plan, review, report = ["plan"], ["review"], ["report"]
+        plan, review, report, resume = ["plan"], ["review"], ["report"], ["resume"]
         return [
             Tool(
                 "write_features",
@@ -102,7 +110,7 @@ class Planner(AgentTask):
                 "Start the reviewer on the workspace; this task resumes with its verdict.",
                 ReviewArgs,
                 lambda ctx, a: self._reviewer(ctx, a, round_),
-                phases=review,
+                phases=review + resume,
             ),
             Tool(
                 "dispatch_fixes",
@@ -110,14 +118,14 @@ class Planner(AgentTask):
                 "then the reviewer checks again.",
                 DispatchArgs,
                 lambda ctx, a: self._fixes(ctx, a, round_),
-                phases=report,
+                phases=report + resume,
             ),
             *reader_tools(
                 self,
                 {
-                    "read_lines": plan + review + report,
+                    "read_lines": plan + review + report + resume,
                     "grep_artifact": plan + review,
-                    "list_workspace": review + report,
+                    "list_workspace": review + report + resume,
                     "extract_fields": report,
                 },
             ),
@@ -208,10 +216,30 @@ class Planner(AgentTask):
         text = f"Review round {round_} of {MAX_ROUNDS}; features now {ref.handle()}:\n"
         return [Message(role="user", content=text + "\n".join(lines))]
 
+    def _resumed(self) -> list[Message]:
+        """At ``resume``: the feature list the resumption checks wrote, and what they found."""
+        checks = [r for r in self.artifacts.list() if r.kind == "resume"][-1]
+        found = json.loads(self.artifacts.text(checks.id))
+        features = self.artifacts.get(found["features"])
+        self.context.keep(features, name="features")
+        lines = "\n".join(f"{c['feature_id']} {c['verdict']}: {c['why']}" for c in found["checks"])
+        text = (
+            f"The job was resumed; the resumption checks against its records "
+            f"({checks.handle()}) found:\n{lines}\n"
+            f"Features now {features.handle()}: redo ones need dispatch_fixes (then a "
+            "review); if only reverify ones are failing, dispatch_reviewer."
+        )
+        return [Message(role="user", content=text)]
+
     def perform(self) -> None:
         name, round_ = self.stage
         phase = "plan" if name in ("plan", "plan-resume") else name
-        opening = self._apply_verdict() if phase == "report" else self.results_message()
+        if phase == "report":
+            opening = self._apply_verdict()
+        elif phase == "resume":
+            opening = self._resumed()
+        else:
+            opening = self.results_message()
         outcome = self.drive(SYSTEM, self.tools(), phase, opening)
         if not outcome.ok:
             self.run.fail(f"planner: {outcome.reason}", retryable=False)

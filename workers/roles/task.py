@@ -128,7 +128,8 @@ class AgentTask:
         """Which script a scripted provider replays for this run: role.name/stage."""
         kind = "subagent" if self.input and self.input.kind == "subagent" else self.task.role.value
         key = kind if not self.input else f"{kind}.{self.input.name}"
-        stage = self.task.stage.split(".")[0]  # "review.2" replays "review"
+        # "review.2" replays "review", and so does a resumed round's "r1/review.2".
+        stage = self.task.stage.rpartition("/")[2].split(".")[0]
         return f"{key}/{stage}" if stage else key
 
     RECALL_HITS = 5

@@ -1,0 +1,120 @@
+"""`redfleet resume`: resumption checks against the records, then a new round (the seeds' cases)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from shared_state import JobSpec, Role, Scenario, State, keys
+from workers.handoff import build
+from workers.llm import load_scenario
+from workers.roles.features import FeatureList
+
+from .conftest import events_named, wait_for
+from .loopback import ScriptedOpenAI
+from .test_agent_jobs import GOAL
+from .test_cli import assert_one_line_error, run
+
+DAY_MS = 86_400_000
+
+
+def _latest_features(state: State, job_id: str) -> tuple[FeatureList, dict[str, int]]:
+    stored = {
+        i.decode(): int(s)
+        for i, s in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
+    }
+    refs = [r for r in state.artifacts(job_id).list() if r.kind == "features"]
+    latest = max(refs, key=lambda r: stored[r.id])
+    return FeatureList.model_validate_json(state.artifacts(job_id).text(latest.id)), stored
+
+
+def test_changed_criteria_and_stale_evidence_are_redone_and_reverified_none_survives(
+    state: State, start_fleet, redis_url: str
+) -> None:
+    start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000)
+    job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
+    wait_for(lambda: state.jobs.get(job.job_id).status == "succeeded", 120, "round 1")
+    before_version = build(state, job.job_id).criteria_version
+    features, stored = _latest_features(state, job.job_id)
+    assert all(f.passes for f in features.features)
+    # Two sources changed overnight: the evidence of F1 and F2 is two days old.
+    now = state.client.time()[0] * 1000
+    for f in features.features[:2]:
+        state.client.zadd(keys.artifacts(job.job_id), {e: now - 2 * DAY_MS for e in f.evidence})
+
+    out = run("resume", job.job_id, "--constraint", "accented letters must be transliterated",
+              "--max-evidence-age", "24h", "--json", url=redis_url)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    verdicts = {c["feature_id"]: c["verdict"] for c in doc["checks"]}
+    assert verdicts == {"F1": "reverify", "F2": "reverify", "F3": "redo"}
+    assert doc["started"] and doc["stage"] == "r1/resume"
+    resumed_at = state.client.time()[0] * 1000
+
+    wait_for(lambda: state.jobs.get(job.job_id).status == "succeeded", 120, "the resumed round")
+    after, stored = _latest_features(state, job.job_id)
+    # 0 stale verdicts survive: every passing feature's evidence is from the new round.
+    assert all(f.passes and f.evidence for f in after.features)
+    assert all(stored[e] >= resumed_at for f in after.features for e in f.evidence)
+    # The changed feature was redone: coders ran again in the new round.
+    redone = [t for t in state.tasks.list(job.job_id) if t.wave.startswith("r1/")]
+    assert {t.role for t in redone} >= {Role.CODER, Role.REVIEWER}
+    checked = events_named(state, job.job_id, "resume.checked")
+    assert len(checked) == 3
+    package = build(state, job.job_id)
+    assert package.criteria_version != before_version
+    assert package.constraints == ["accented letters must be transliterated"]
+    # Nothing but the root planner ran in both rounds.
+    succeeded = Counter(e.task_id for e in events_named(state, job.job_id, "task.succeeded"))
+    assert {t for t, n in succeeded.items() if n > 1} == {job.root_task}
+
+    again = json.loads(run("resume", job.job_id, "--json", url=redis_url).stdout)
+    assert not again["started"]  # fresh evidence, nothing changed: every feature keeps
+    assert {c["verdict"] for c in again["checks"]} == {"keep"}
+
+
+def test_a_decision_stated_early_holds_after_a_kill_and_no_feature_passes_unchecked(
+    state: State, start_fleet, tmp_path: Path
+) -> None:
+    decision = "Decision: slugs use hyphens, never underscores."
+    marker = tmp_path / "fired"
+    with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
+        env = (
+            ("REDFLEET_PROVIDER", "openai"),
+            ("REDFLEET_MODEL", "gpt-4.1-mini"),
+            ("REDFLEET_BASE_URL", api.url),
+            ("OPENAI_API_KEY", "sk-loopback"),
+            ("REDFLEET_FAILPOINTS", f"journal.after-effect.write_file@{marker}"),
+        )
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=1_000, worker_env=env)
+        job = state.jobs.submit(JobSpec(goal=f"{GOAL}. {decision}", scenario=Scenario.AGENTS))
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the job")
+    assert marker.exists() and state.jobs.get(job.job_id).status == "succeeded"
+    resumed = [t for t in state.tasks.list(job.job_id) if t.attempt > 1]
+    assert resumed  # the killed coder's task was reclaimed and resumed from its records
+    # The decision is in every call the resumed task made, verbatim.
+    calls = [r for r in api.requests if f"name: {_name(state, job.job_id, resumed[0])}"
+             in r["messages"][1]["content"]]  # fmt: skip
+    assert calls and all(decision in json.dumps(r["messages"]) for r in calls)
+    features, _ = _latest_features(state, job.job_id)
+    store = state.artifacts(job.job_id)
+    for f in features.features:  # passing only on a passing check's log
+        assert f.passes and f.evidence
+        assert all(store.get(e).title.endswith("exit 0") for e in f.evidence)
+
+
+def _name(state: State, job_id: str, task) -> str:
+    spec = json.loads(state.artifacts(job_id).text(task.input))
+    return spec["name"]
+
+
+def test_resume_refuses_a_running_or_behaviour_job_in_one_line(
+    state: State, redis_url: str
+) -> None:
+    running = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.AGENTS))
+    assert_one_line_error(run("resume", running.job_id, url=redis_url), "only a finished job")
+    assert_one_line_error(
+        run("resume", running.job_id, "--max-evidence-age", "soon", url=redis_url),
+        "--max-evidence-age",
+    )
