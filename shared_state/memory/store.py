@@ -498,8 +498,10 @@ def _needles(texts: Iterable[str]) -> list[str]:
     """What to look for: each text, as written and as JSON escapes it, and its identifiers."""
     found: dict[str, None] = {}
     for text in texts:
-        found[text] = None
-        found[json.dumps(text)[1:-1]] = None
+        # Whole, and as recall (600 characters) and episodes (300) quote a long one.
+        for quoted in {text, text[:600], text[:300]}:
+            found[quoted] = None
+            found[json.dumps(quoted)[1:-1]] = None
         for token in _IDENTIFIER.findall(text):
             mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
             if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
