@@ -65,6 +65,7 @@ def test_changed_criteria_and_stale_evidence_are_redone_and_reverified_none_surv
     package = build(state, job.job_id)
     assert package.criteria_version != before_version
     assert package.constraints == ["accented letters must be transliterated"]
+    assert {r.feature_id: r.verdict for r in package.resumption} == verdicts
     # Nothing but the root planner ran in both rounds.
     succeeded = Counter(e.task_id for e in events_named(state, job.job_id, "task.succeeded"))
     assert {t for t, n in succeeded.items() if n > 1} == {job.root_task}

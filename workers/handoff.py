@@ -3,7 +3,8 @@
 Never from a model: the job record, its latest feature list and verdict
 (with the evidence logs and when they were stored), the working states its
 tasks checkpointed, its journal (the idempotency keys of its effects), its
-workspace, its live claims and the tasks waiting for a person. A feature is
+workspace, its live claims, the tasks waiting for a person and the last
+resume's checks. A feature is
 done only with a passing check as evidence; a fact is *confirmed* only when
 the user said it (a user turn, verbatim) or a check proved it — what an
 agent noted is an *assumption*, and is never shown as confirmed.
@@ -69,6 +70,14 @@ class Approval(BaseModel):
     approval_for: str  # the digest of the call an approval lets through
 
 
+class Resumption(BaseModel):
+    """One feature's verdict at the job's last resume (``workers/resume.py``)."""
+
+    feature_id: str
+    verdict: str  # keep | reverify | redo
+    why: str
+
+
 class ArtifactItem(BaseModel):
     id: str
     kind: str
@@ -95,6 +104,7 @@ class HandoffPackage(BaseModel):
     operations: list[Operation] = Field(default_factory=list)
     live_claims: list[LiveClaim] = Field(default_factory=list)
     approvals_needed: list[Approval] = Field(default_factory=list)
+    resumption: list[Resumption] = Field(default_factory=list)  # the last resume's checks
     next_action: str = ""
 
     @field_validator("schema_version")
@@ -124,6 +134,9 @@ class HandoffPackage(BaseModel):
         out += [f"- {f.text} ({f.source})" for f in self.assumptions] or ["- none"]
         if self.decisions:
             out += ["", "## Decisions"] + [f"- {d.text} ({d.source})" for d in self.decisions]
+        if self.resumption:
+            out += ["", "## Resumption checks (the last resume)"]
+            out += [f"- {r.feature_id} {r.verdict}: {r.why}" for r in self.resumption]
         if self.approvals_needed:
             out += ["", "## Waiting for you"]
             out += [
@@ -239,6 +252,12 @@ def build(state: State, job_id: str) -> HandoffPackage:
         if t.status is TaskStatus.BLOCKED
     ]
     remaining = [f for f in items if not (f.passes and f.evidence)]
+    resumes = [r for r in refs if r.kind == "resume"]
+    resumption = (
+        [Resumption(**c) for c in json.loads(store.text(resumes[-1].id))["checks"]]
+        if resumes
+        else []
+    )
     if not next_action:
         next_action = _next_action(job.status.value, remaining, approvals)
     return HandoffPackage(
@@ -258,6 +277,7 @@ def build(state: State, job_id: str) -> HandoffPackage:
         operations=operations,
         live_claims=claims,
         approvals_needed=approvals,
+        resumption=resumption,
         next_action=next_action,
     )
 
