@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -624,7 +625,7 @@ _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _duration_ms(text: str, option: str) -> int:
     """``90s``, ``30m``, ``24h``, ``7d`` in milliseconds; CoordinatorError naming the option."""
     number, unit = text[:-1], text[-1:].lower()
-    if unit not in _DURATION or not number.isdigit() or int(number) <= 0:
+    if unit not in _DURATION or not re.fullmatch(r"[0-9]+", number) or int(number) <= 0:
         raise CoordinatorError(
             f"{option}: expected a duration like 90s, 30m, 24h or 7d, not {text!r}"
         )
@@ -681,7 +682,7 @@ def resume_cmd(
         )
         stage = "" if dry_run else resume.start(state, found)
         doc = {**found.model_dump(mode="json"), "started": bool(stage), "stage": stage or None}
-        if as_json and not wait:
+        if as_json and not (wait and stage):
             views.print_json(doc)
             return
         if not as_json:

@@ -245,12 +245,14 @@ class JobStore:
         constraints: str,
         criteria_version: str,
         criteria_changed: bool,
+        features: str,
+        checks: str,
     ) -> str:
         """Queue a finished job's root planner at ``stage``: a new round, the same id.
 
         Crash-safe as ``retry`` is (``_reopen``); returns the stage.
         """
-        args = [stage, goal, constraints, criteria_version, int(criteria_changed)]
+        args = [stage, goal, constraints, criteria_version, int(criteria_changed), features, checks]
         res, _ = self._reopen(job_id, "resumeJob", "resumes", args)
         if res.code == Code.JOB_FINISHED:
             raise NotResumable(job_id, f"it is {res.data['job_status']}: only a finished job")
@@ -296,6 +298,13 @@ class JobStore:
                 self.client.srem(keys.ACTIVE_JOBS, job_id)
         if res.code == Code.NOT_FOUND:
             raise JobNotFound(job_id)
+        if res.code == Code.OK:
+            # Its artifacts kept their own clocks; the job's finish starts them again.
+            ids = self.client.zrange(keys.artifacts(job_id), 0, -1)
+            with self.client.pipeline(transaction=False) as pipe:
+                for artifact_id in ids:
+                    pipe.persist(keys.artifact(job_id, artifact_id.decode()))
+                pipe.execute()
         return res, task_ids
 
     def _roles(self, job_id: str, task_ids: list[str]) -> list[bytes]:
@@ -363,8 +372,12 @@ class JobStore:
         """
         ttl_ms = int(retention_ms) if retention_ms else self.retention_s * 1000
         now = server_ms(self.client)
+        artifacts = [
+            keys.artifact(job_id, a.decode())
+            for a in self.client.zrange(keys.artifacts(job_id), 0, -1)
+        ]
         with self.client.pipeline(transaction=False) as pipe:
-            for key in [*keys.job_keys(job_id), *extra]:
+            for key in [*keys.job_keys(job_id), *extra, *artifacts]:
                 pipe.pexpire(key, ttl_ms)
             pipe.zadd(keys.EXPIRING_JOBS, {job_id: now + ttl_ms if retention_ms else now})
             pipe.srem(keys.ACTIVE_JOBS, job_id)

@@ -117,6 +117,8 @@ class Job(_Record):
     constraints: str = ""  # the user's constraints, a JSON list (`resume --constraint`)
     criteria_version: str = ""  # of the goal, constraints and features, at the last resume
     criteria_ms: int = 0  # when the criteria last changed (Redis time)
+    resume_features: str = ""  # the last resume's feature list artifact
+    resume_checks: str = ""  # the last resume's checks artifact
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 
@@ -140,6 +142,7 @@ class Task(_Record):
     approval_for: str = ""  # blocked: the digest of the call an approval lets through
     approved_for: str = ""  # approved: that digest, as the person approved it
     approval_note: str = ""  # approved: the person's note, a user turn for the task
+    approval_stage: str = ""  # approved: the stage it was given in (the note's only)
     pending: int = 0
     stage: str = ""
     error: str = ""

@@ -64,6 +64,10 @@ class Claimed:
     claim: Claim
 
 
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
 def _task_keys(job_id: str, task_id: str) -> list[str]:
     """The KEYS every task script starts with, in this order."""
     return [
@@ -96,8 +100,9 @@ class TaskStore:
         """Claim a task; None when it is not claimable (a duplicate delivery, a finished job).
 
         The job's fields come back only with the first claim of a job: its spec
-        does not change, so the store keeps it rather than have every claim
-        read and ship the whole job hash.
+        changes only when the job is resumed (every claim says how often it
+        was), so the store keeps it rather than have every claim read and
+        ship the whole job hash.
         """
         job = self._jobs.get(job_id)
         args = [worker, lease_ms, "" if job else "1"]
@@ -107,8 +112,11 @@ class TaskStore:
         if res.code in (Code.NOT_CLAIMABLE, Code.JOB_FINISHED):
             return None
         task = _task_from(res.data["task"])
+        if job is not None and job.resumes != int(res.data["resumes"]):
+            job = None  # resumed since: its goal and constraints may be new
         if job is None:
-            job = self._keep_job(Job.model_validate(res.data["job"]))
+            raw = res.data.get("job") or _decoded(self.client.hgetall(keys.job(job_id)))
+            job = self._keep_job(Job.model_validate(raw))
         claim = Claim(
             task_id=task_id,
             job_id=job_id,

@@ -96,7 +96,7 @@ def test_resume_settles_an_intent_without_a_result(
 def test_an_uncheckable_non_idempotent_intent_blocks_the_task(state: State) -> None:
     run, bump = claimed(state), Bump(found=None, idempotent=False)
     key = _left_intent(run, bump)
-    with pytest.raises(Blocked, match="approve to make it again, or reject"):
+    with pytest.raises(Blocked, match="approve to make it again as its intent recorded it"):
         journal(run, bump).reconcile()
     assert bump.effects == []
     entry = state.records(run.job.job_id).journal(run.task.task_id)[key]

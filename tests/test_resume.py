@@ -6,6 +6,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from shared_state import JobSpec, Role, Scenario, State, keys
 from workers.handoff import build
 from workers.llm import load_scenario
@@ -119,3 +121,72 @@ def test_resume_refuses_a_running_or_behaviour_job_in_one_line(
         run("resume", running.job_id, "--max-evidence-age", "soon", url=redis_url),
         "--max-evidence-age",
     )
+
+
+def _resume(state: State, job_id: str, **changes: object) -> str:
+    spec = {"stage": "r1/resume", "goal": "", "constraints": "[]", "criteria_version": "v",
+            "criteria_changed": False, "features": "", "checks": ""} | changes  # fmt: skip
+    return state.jobs.resume(job_id, **spec)
+
+
+def _finished_agents_job_with_a_stale_child(state: State):
+    """A cancelled agents job whose planner spawned two coders: one still claimed."""
+    from shared_state import Child
+
+    job = state.jobs.submit(JobSpec(goal="old goal", scenario=Scenario.AGENTS))
+    root = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
+    ids = state.tasks.spawn(root.claim, "review", [Child(Role.CODER, "a"), Child(Role.CODER, "b")])
+    child = state.tasks.claim(job.job_id, ids[0], "coder-0", 60_000)
+    state.jobs.cancel(job.job_id)
+    return job, ids, child
+
+
+def test_a_resume_cancels_and_fences_an_earlier_rounds_unfinished_tasks(state: State) -> None:
+    from shared_state import Fenced
+
+    job, ids, child = _finished_agents_job_with_a_stale_child(state)
+    _resume(state, job.job_id, goal="new goal", criteria_changed=True)
+    for task_id in ids:
+        assert state.tasks.get(job.job_id, task_id).status == "cancelled"
+    with pytest.raises(Fenced):  # the old round's owner cannot count in the new round
+        state.tasks.complete(child.claim, job.root_task, "late")
+    root = state.tasks.get(job.job_id, job.root_task)
+    assert (root.status, root.stage, root.pending) == ("queued", "r1/resume", 0)
+    resumed = state.jobs.get(job.job_id)
+    assert (resumed.status, resumed.goal, resumed.resumes) == ("running", "new goal", 1)
+
+
+def test_a_worker_that_kept_the_old_spec_reads_the_resumed_one(state: State) -> None:
+    job, _, child = _finished_agents_job_with_a_stale_child(state)
+    assert child.job.goal == "old goal"  # cached by this store from the first claim
+    _resume(state, job.job_id, goal="new goal", constraints='["ascii"]', criteria_changed=True)
+    again = state.tasks.claim(job.job_id, job.root_task, "planner-1", 60_000)
+    assert (again.job.goal, again.job.constraints) == ("new goal", '["ascii"]')
+
+
+def test_a_resumed_jobs_artifacts_stop_expiring_and_expire_with_it_again(state: State) -> None:
+    job, _, _ = _finished_agents_job_with_a_stale_child(state)
+    ref = state.artifacts(job.job_id).put("log", kind="log", title="t")
+    assert state.client.ttl(keys.artifact(job.job_id, ref.id)) > 0
+    _resume(state, job.job_id)
+    assert state.client.ttl(keys.artifact(job.job_id, ref.id)) == -1
+    state.jobs.cancel(job.job_id)
+    assert state.client.ttl(keys.artifact(job.job_id, ref.id)) > 0
+
+
+def test_a_resume_that_loses_the_race_leaves_no_records_behind(state: State) -> None:
+    from shared_state import NotResumable
+    from workers import resume
+
+    job, _, _ = _finished_agents_job_with_a_stale_child(state)
+    features = FeatureList(goal="old goal", features=[
+        {"id": "F1", "description": "d", "check": "test_a.py::test_x"}])  # fmt: skip
+    state.artifacts(job.job_id).put(features.model_dump_json(), kind="features", title="f")
+    found = resume.plan(state, job.job_id)
+    before = {r.id for r in state.artifacts(job.job_id).list()}
+    resume.start(state, resume.plan(state, job.job_id))  # the first one wins
+    with pytest.raises(NotResumable):
+        resume.start(state, found)
+    kinds = Counter(r.kind for r in state.artifacts(job.job_id).list() if r.id not in before)
+    assert kinds == {"features": 1, "resume": 1}  # the winner's only
+    assert len(events_named(state, job.job_id, "resume.checked")) == 1

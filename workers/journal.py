@@ -128,7 +128,7 @@ class Journal:
                 raise Blocked(
                     f"{entry.key} was started by an earlier attempt and may or may not have "
                     "taken effect (no result, no check, not idempotent): approve to make it "
-                    "again, or reject",
+                    "again as its intent recorded it (over whatever is there now), or reject",
                     approval_for=approval_digest(entry),
                 )
             self._write(settled)

@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from shared_state import NotResumable, Scenario, State, Trust, keys
+from shared_state.memory.items import age_text
 from shared_state.scripts import server_ms
 
 from .handoff import criteria_version
@@ -56,6 +57,10 @@ class ResumePlan(BaseModel):
 
     def lines(self) -> str:
         return "\n".join(f"{c.feature_id} {c.verdict}: {c.why}" for c in self.checks)
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f} s" if ms < 60_000 else age_text(ms)
 
 
 def _words(text: str) -> set[str]:
@@ -106,9 +111,11 @@ def plan(
         elif bears:
             verdict, why = "redo", f"the new constraint {bears[0]!r} bears on it"
         elif max_evidence_age_ms is not None and now - evidence_ms > max_evidence_age_ms:
-            age_s = (now - evidence_ms) // 1000
             verdict = "reverify"
-            why = f"its evidence is {age_s} s old (limit {max_evidence_age_ms // 1000} s)"
+            why = (
+                f"its evidence is {_seconds(now - evidence_ms)} old "
+                f"(limit {_seconds(max_evidence_age_ms)})"
+            )
         elif changed or (job.criteria_ms and evidence_ms < job.criteria_ms):
             verdict, why = "reverify", "its evidence was recorded under other criteria"
         elif newer:
@@ -127,21 +134,28 @@ def plan(
 
 
 def start(state: State, plan: ResumePlan) -> str:
-    """Record the checks and start the new round; the planner's stage ("" if nothing to do)."""
+    """Start the new round the checks call for; the planner's stage ("" if nothing to do).
+
+    The round's feature list and checks are stored first, named by the round
+    (so they are new artifacts, never an earlier list of the same content),
+    and the resume script records their ids on the job: the resumed planner
+    reads those, never "the latest". If the job cannot be resumed after all
+    (another resume got there first, it is running), both are deleted and
+    nothing is recorded.
+    """
     job_id = plan.job_id
     job = state.jobs.get(job_id)
-    for check in plan.checks:
-        state.events.append("resume.checked", check.model_dump(), job_id=job_id)
     if not plan.needed:
+        for check in plan.checks:
+            state.events.append("resume.checked", check.model_dump(), job_id=job_id)
         return ""
     store = state.artifacts(job_id)
-    latest = [r for r in store.list() if r.kind == "features"]
     stored = {
         i.decode(): int(score)
         for i, score in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
     }
-    latest.sort(key=lambda r: stored.get(r.id, 0))
-    features = FeatureList.model_validate_json(store.text(latest[-1].id))
+    latest = max((r for r in store.list() if r.kind == "features"), key=lambda r: stored[r.id])
+    features = FeatureList.model_validate_json(store.text(latest.id))
     verdicts = {c.feature_id: c.verdict for c in plan.checks}
     marked = features.model_copy(
         update={
@@ -155,35 +169,41 @@ def start(state: State, plan: ResumePlan) -> str:
         }
     )
     round_ = job.resumes + 1
+    listed = {**json.loads(marked.model_dump_json()), "resume_round": round_}
     features_ref = store.put(
-        marked.model_dump_json(indent=1),
+        json.dumps(listed, indent=1),
         kind="features",
         title=f"feature list at resume {round_}: {len(marked.failing())} of "
         f"{len(marked.features)} open",
         trust=Trust.TRUSTED,
     )
-    # The list is content-addressed (it may equal an earlier one): the checks name it.
-    store.put(
-        json.dumps(
-            {
-                "round": round_,
-                "features": features_ref.id,
-                "checks": [c.model_dump() for c in plan.checks],
-            },
-            indent=1,
-        ),
+    counts = ", ".join(
+        f"{sum(c.verdict == v for c in plan.checks)} {v}" for v in ("keep", "reverify", "redo")
+    )
+    checks_ref = store.put(
+        json.dumps({"round": round_, "checks": [c.model_dump() for c in plan.checks]}, indent=1),
         kind="resume",
-        title=f"resumption checks {round_}: "
-        + ", ".join(
-            f"{sum(c.verdict == v for c in plan.checks)} {v}" for v in ("keep", "reverify", "redo")
-        ),
+        title=f"resumption checks {round_}: {counts}",
         trust=Trust.TRUSTED,
     )
-    return state.jobs.resume(
-        job_id,
-        stage=f"r{round_}/resume",
-        goal=plan.goal if plan.goal != job.goal else "",
-        constraints=json.dumps(plan.constraints),
-        criteria_version=plan.criteria_version,
-        criteria_changed=plan.criteria_changed,
-    )
+    try:
+        stage = state.jobs.resume(
+            job_id,
+            stage=f"r{round_}/resume",
+            goal=plan.goal if plan.goal != job.goal else "",
+            constraints=json.dumps(plan.constraints),
+            criteria_version=plan.criteria_version,
+            criteria_changed=plan.criteria_changed,
+            features=features_ref.id,
+            checks=checks_ref.id,
+        )
+    except NotResumable:
+        with state.client.pipeline(transaction=False) as pipe:
+            for ref in (features_ref, checks_ref):
+                pipe.delete(keys.artifact(job_id, ref.id))
+                pipe.zrem(keys.artifacts(job_id), ref.id)
+            pipe.execute()
+        raise
+    for check in plan.checks:
+        state.events.append("resume.checked", check.model_dump(), job_id=job_id)
+    return stage

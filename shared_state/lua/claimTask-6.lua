@@ -22,8 +22,8 @@
           seen the job yet), else ''
 
   Returns {code, data, events}
-     1  claimed; data = task (the task's hash after the claim), and job
-        (the job's hash) when asked for
+     1  claimed; data = task (the task's hash after the claim), resumes (the
+        job's resume count), and job (the job's hash) when asked for
     -1  no such task
     -2  not claimable; data = status, owner, lease_until
     -4  the job has finished; the task (queued, waiting, or claimed with an
@@ -47,7 +47,10 @@ end
 
 local function claimed()
   local job = withJob and redis.call('HGETALL', jobKey) or nil
-  return reply(1, {task = redis.call('HGETALL', taskKey), job = job})
+  -- Always: a resumed job has a new spec (goal, constraints), and a worker that
+  -- kept the old one must know to read it again.
+  local round = tonumber(redis.call('HGET', jobKey, 'resumes') or '0')
+  return reply(1, {task = redis.call('HGETALL', taskKey), job = job, resumes = round})
 end
 
 local wrong = sameJob()

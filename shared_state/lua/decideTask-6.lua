@@ -42,7 +42,8 @@ local now = nowMs()
 local left = redis.call('HINCRBY', jobKey, 'blocked_tasks', -1)
 if ARGV[1] == 'approve' then
   redis.call('HSET', taskKey, 'status', 'queued', 'queued_ms', now, 'approved_for', t[4],
-    'approval_note', note, 'approved_by', who)
+    'approval_note', note, 'approved_by', who,
+    'approval_stage', redis.call('HGET', taskKey, 'stage') or '')
   redis.call('ZADD', queuedKey, now, taskId)
   emit(stream, job.maxlen, {'event', 'task.approved', 'task_id', taskId, 'role', role,
     'by', who, 'note', note})

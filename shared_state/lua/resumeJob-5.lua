@@ -4,8 +4,10 @@
   job runs again with the same id, under its (possibly new) criteria.
 
   The tasks of earlier rounds keep their records (their waves are named by
-  round, so nothing of theirs is taken for the new round's). The job's keys
-  and its tasks stop expiring.
+  round, so nothing of theirs is taken for the new round's); any of them not
+  finished (a cancelled job's claimed, queued or blocked tasks) is cancelled
+  now, its token bumped, so its owner's next write is fenced and it never
+  counts in the new round's fan-in. The job's keys and its tasks stop expiring.
 
   KEYS[1] job hash         rf:{job}:job
   KEYS[2] job event stream rf:{job}:events
@@ -22,6 +24,7 @@
   ARGV[4] the goal ('' keeps it)
   ARGV[5] the constraints (the caller's encoding)   ARGV[6] the criteria version
   ARGV[7] 1 if the criteria changed (their time is recorded), else 0
+  ARGV[8] the new round's feature list artifact id   ARGV[9] its checks artifact id
 
   Returns {code, data, events}
      1  data = stage, replayed
@@ -53,17 +56,25 @@ for i = 1, 5 + n do redis.call('PERSIST', KEYS[i]) end
 local root = redis.call('HGET', jobKey, 'root_task')
 for i = 6 + n, #KEYS do
   redis.call('PERSIST', KEYS[i])
-  local t = redis.call('HMGET', KEYS[i], 'task_id', 'role')
+  local t = redis.call('HMGET', KEYS[i], 'task_id', 'role', 'status', 'token')
   if t[1] == root then
     redis.call('HSET', KEYS[i], 'status', 'queued', 'stage', ARGV[3], 'attempt', 1, 'owner', '',
       'lease_until', 0, 'result', '', 'error', '', 'pending', 0, 'finished_ms', 0,
-      'queued_ms', now)
+      'queued_ms', now, 'token', tonumber(t[4] or '0') + 1, 'approved_for', '',
+      'approval_note', '', 'approval_stage', '')
+    redis.call('ZREM', leasesKey, root)
     redis.call('ZADD', queuedKey, now, root)
+  elseif t[3] ~= 'succeeded' and t[3] ~= 'dead' and t[3] ~= 'cancelled' then
+    redis.call('HSET', KEYS[i], 'status', 'cancelled', 'owner', '', 'lease_until', 0,
+      'token', tonumber(t[4] or '0') + 1, 'finished_ms', now)
+    redis.call('ZREM', leasesKey, t[1])
+    redis.call('ZREM', queuedKey, t[1])
   end
 end
 local round = redis.call('HINCRBY', jobKey, 'resumes', 1)
 redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0, 'result', '',
-  'resume_stage', ARGV[3], 'constraints', ARGV[5], 'criteria_version', ARGV[6])
+  'resume_stage', ARGV[3], 'constraints', ARGV[5], 'criteria_version', ARGV[6],
+  'blocked_tasks', 0, 'resumed_ms', now, 'resume_features', ARGV[8], 'resume_checks', ARGV[9])
 if ARGV[4] ~= '' then redis.call('HSET', jobKey, 'goal', ARGV[4]) end
 if ARGV[7] == '1' then redis.call('HSET', jobKey, 'criteria_ms', now) end
 emit(stream, job.maxlen, {'event', 'job.resumed', 'job_id', redis.call('HGET', jobKey, 'job_id'),

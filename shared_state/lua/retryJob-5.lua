@@ -4,7 +4,8 @@
 
   Tasks that succeeded stay succeeded (nothing runs twice); a parent waiting
   on its children keeps its pending counter, so fan-in goes on where it
-  stopped. The job's keys and its tasks stop expiring.
+  stopped. Of a resumed job, only the current round's tasks (created since the
+  resume) and the root are given new attempts. The job's keys and its tasks stop expiring.
 
   KEYS[1] job hash         rf:{job}:job
   KEYS[2] job event stream rf:{job}:events
@@ -47,11 +48,16 @@ local n = tonumber(ARGV[1])
 local now = nowMs()
 for i = 1, 5 + n do redis.call('PERSIST', KEYS[i]) end
 local requeued, queued, events = {}, {}, {}
+local resumedMs = tonumber(redis.call('HGET', jobKey, 'resumed_ms') or '0')
+local root = redis.call('HGET', jobKey, 'root_task')
 for i = 6 + n, #KEYS do
   local taskKey = KEYS[i]
   redis.call('PERSIST', taskKey)
-  local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'status', 'error', 'retries')
-  if t[3] == 'dead' or t[3] == 'cancelled' then
+  local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'status', 'error', 'retries',
+    'created_ms')
+  -- Only this round's tasks: an earlier round's, resumed past, stay as they ended.
+  local thisRound = (tonumber(t[6] or '0') >= resumedMs) or t[1] == root
+  if thisRound and (t[3] == 'dead' or t[3] == 'cancelled') then
     redis.call('HSET', taskKey, 'status', 'queued', 'attempt', 1, 'owner', '', 'lease_until', 0,
       'queued_ms', now, 'finished_ms', 0, 'last_error', t[4] or '',
       'retries', (tonumber(t[5]) or 0) + 1)

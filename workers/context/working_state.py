@@ -95,6 +95,15 @@ class WorkingState(BaseModel):
             return self
         return self._next(progress={**self.progress, counter: value})
 
+    def with_goal(self, goal: str) -> WorkingState:
+        """The goal as the job states it now (a resumed job's may be new)."""
+        return self if goal == self.goal else self._next(goal=goal)
+
+    def without_ref(self, name: str) -> WorkingState:
+        if name not in self.refs:
+            return self
+        return self._next(refs={k: v for k, v in self.refs.items() if k != name})
+
     def with_ref(self, name: str, ref: ArtifactRef) -> WorkingState:
         if self.refs.get(name) == ref:
             return self

@@ -19,7 +19,7 @@ import json
 import structlog
 from pydantic import BaseModel, Field
 
-from shared_state import ArtifactRef, Role, Trust
+from shared_state import ArtifactRef, Role, Trust, keys
 from shared_state.errors import MemoryNotFound, MemoryRefused
 from shared_state.memory import Claim, Evidence, MemoryItem, Scope, ScopeKind, SourceKind
 from shared_state.memory.files import DECISION_LOG
@@ -217,10 +217,17 @@ class Planner(AgentTask):
         return [Message(role="user", content=text + "\n".join(lines))]
 
     def _resumed(self) -> list[Message]:
-        """At ``resume``: the feature list the resumption checks wrote, and what they found."""
-        checks = [r for r in self.artifacts.list() if r.kind == "resume"][-1]
-        found = json.loads(self.artifacts.text(checks.id))
-        features = self.artifacts.get(found["features"])
+        """At ``resume``: the round's feature list and checks (named on the job record by
+        the resume itself), the job's goal as it is now, no verdict of an earlier round."""
+        features_id, checks_id = (
+            v.decode() for v in self.run.state.client.hmget(
+                keys.job(self.task.job_id), "resume_features", "resume_checks"
+            )
+        )  # fmt: skip
+        features, checks = self.artifacts.get(features_id), self.artifacts.get(checks_id)
+        found = json.loads(self.artifacts.text(checks_id))
+        goal = self.run.job.goal
+        self.context.update(lambda s: s.with_goal(goal).without_ref("verdict"))
         self.context.keep(features, name="features")
         lines = "\n".join(f"{c['feature_id']} {c['verdict']}: {c['why']}" for c in found["checks"])
         text = (

@@ -15,6 +15,7 @@ the stage it named, with its children's summaries as its first message.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
@@ -171,6 +172,9 @@ class AgentTask:
             f"stage: {self.task.stage or 'start'}",
             f"goal of the job: {self.run.job.goal}",
         ]
+        lines += [
+            f"constraint (the user's): {c}" for c in json.loads(self.run.job.constraints or "[]")
+        ]
         if self.input:
             lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
             refs = [self.artifacts.get(i) for i in self.input.inputs]
@@ -202,7 +206,9 @@ class AgentTask:
             limits=AgentLimits(),
         )
         prompt = system_prompt(system, self.project_document, self.tok)
-        if self.task.approved_for and self.task.approval_note:  # a person's word: a user turn
+        approved_here = self.task.approval_stage == self.task.stage
+        if self.task.approved_for and self.task.approval_note and approved_here:
+            # The person's word, a user turn, in the stage they answered (not in every later one).
             opening = [Message(role="user", content=f"Approved: {self.task.approval_note}"),
                        *opening]  # fmt: skip
         return loop.run(prompt, list(opening), reference=self.reference())
