@@ -163,6 +163,10 @@ def memory_job_items(tenant: str, job_id: str) -> str:
     return f"{memory_prefix(tenant)}jobitems:{job_id}"
 
 
+def memory_seen(tenant: str, claim_digest: str) -> str:
+    return f"{memory_prefix(tenant)}seen:{claim_digest}"
+
+
 def memory_forgotten(tenant: str) -> str:
     return f"{memory_prefix(tenant)}forgotten"
 

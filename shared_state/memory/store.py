@@ -162,7 +162,7 @@ class MemoryStore:
             raise PromotionRefused("tool and web content reaches app: only with a passing check")
         elif source not in (SourceKind.USER, SourceKind.VERIFIER):
             seen = self.client.scard(
-                keys.memory_prefix(ctx.tenant) + f"seen:{_claim_digest(item.key, item.text)}"
+                keys.memory_seen(ctx.tenant, _claim_digest(item.key, item.text))
             )
             if seen < self.promote_after_jobs:
                 raise PromotionRefused(
