@@ -39,6 +39,7 @@ their own, so the tenant is in every key and one script sees one tenant only:
     rf:mem:{<tenant>}:chain:<scope>|<key>  list   the versions of one claim, oldest first
     rf:mem:{<tenant>}:derived:<id>         set    ids of the items derived from <id>
     rf:mem:{<tenant>}:jobitems:<job>       set    ids of a job's job: and temp: items
+    rf:mem:{<tenant>}:jobfiles:<job>       set    <scope>|<path> of a job's job: and temp: files
     rf:mem:{<tenant>}:seen:<digest>        set    jobs that wrote one claim (for promotion)
     rf:mem:{<tenant>}:forgotten            set    shingle digests and ids of forgotten items
     rf:mem:{<tenant>}:changes              stream puts and forgets, for recall caches (capped)
@@ -161,6 +162,10 @@ def memory_derived(tenant: str, item_id: str) -> str:
 
 def memory_job_items(tenant: str, job_id: str) -> str:
     return f"{memory_prefix(tenant)}jobitems:{job_id}"
+
+
+def memory_job_files(tenant: str, job_id: str) -> str:
+    return f"{memory_prefix(tenant)}jobfiles:{job_id}"
 
 
 def memory_seen(tenant: str, claim_digest: str) -> str:

@@ -182,4 +182,21 @@ def _blob(state: State, key: bytes) -> bytes:
         return b" ".join(state.client.hvals(key))
     if kind == b"list":
         return b" ".join(state.client.lrange(key, 0, -1))
+    if kind == b"set":
+        return b" ".join(state.client.smembers(key))
     return b" ".join(state.client.zrange(key, 0, -1))
+
+
+def test_a_jobs_own_and_scratch_files_go_when_its_records_do(state: State) -> None:
+    files, store = MemoryFiles(state.client), MemoryStore(state.client)
+    files.create(CTX, "/memories/job/notes.md", "n\n")
+    files.create(CTX, "/memories/job/notes.md", "n2\n")  # a version kept too
+    files.create(CTX, "/memories/scratch/todo.md", "t\n")
+    files.create(CTX, "/memories/project/AGENTS.md", "# keep\n", operator=True)
+    store.expire_jobs(["j-1"])
+    for path in ("/memories/job/notes.md", "/memories/scratch/todo.md"):
+        with pytest.raises(MemoryNotFound):
+            files.read(CTX, path)
+    assert files.read(CTX, "/memories/project/AGENTS.md")[0] == "# keep\n"
+    left = [k.decode() for k in state.client.scan_iter(match="rf:mem:*file*")]
+    assert all("app:" in k for k in left), left

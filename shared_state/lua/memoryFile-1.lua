@@ -9,11 +9,14 @@
   ARGV[4] expected sha256 of the file now: '' = must not exist, '*' = any
   ARGV[5] put: the new content; rename: the new path
   ARGV[6] put: its sha256     ARGV[7] actor     ARGV[8] versions kept
+  ARGV[9] the writer's job ('' none): a job: or temp: file is listed under it, to go
+          when the job's records do
 
   Keys named from the prefix:
     file:<scope>|<path>    hash  content, sha256, version, updated_ms, actor
     filev:<scope>|<path>   list  earlier versions, newest first: "<version> <sha256> <content>"
     files:<scope>          zset  path -> updated_ms
+    jobfiles:<job>         set   <scope>|<path> of the job's job: and temp: files
 
   Returns {code, data, events}
      1  data = sha256, version (put, rename), deleted (delete)
@@ -27,6 +30,9 @@ local fileKey = p .. 'file:' .. scope .. '|' .. path
 local versionsKey = p .. 'filev:' .. scope .. '|' .. path
 local indexKey = p .. 'files:' .. scope
 local keep = tonumber(ARGV[8])
+local kind_ = string.match(scope, '^(%a+):')
+local jobFiles = (ARGV[9] ~= '' and (kind_ == 'job' or kind_ == 'temp'))
+  and (p .. 'jobfiles:' .. ARGV[9]) or nil
 
 local now_ = redis.call('HMGET', fileKey, 'sha256', 'version', 'content')
 local current = now_[1] or ''
@@ -52,12 +58,14 @@ if op == 'put' then
   redis.call('HSET', fileKey, 'content', ARGV[5], 'sha256', ARGV[6], 'version', version,
     'updated_ms', t, 'actor', ARGV[7])
   redis.call('ZADD', indexKey, t, path)
+  if jobFiles then redis.call('SADD', jobFiles, scope .. '|' .. path) end
   return reply(1, {sha256 = ARGV[6], version = version})
 end
 if op == 'delete' then
   archive()
   redis.call('DEL', fileKey)
   redis.call('ZREM', indexKey, path)
+  if jobFiles then redis.call('SREM', jobFiles, scope .. '|' .. path) end
   return reply(1, {deleted = path})
 end
 -- rename: the target must not exist; the history moves with the file
@@ -71,4 +79,8 @@ end
 redis.call('HSET', targetKey, 'updated_ms', t, 'actor', ARGV[7])
 redis.call('ZREM', indexKey, path)
 redis.call('ZADD', indexKey, t, target)
+if jobFiles then
+  redis.call('SREM', jobFiles, scope .. '|' .. path)
+  redis.call('SADD', jobFiles, scope .. '|' .. target)
+end
 return reply(1, {sha256 = current, version = tonumber(now_[2])})

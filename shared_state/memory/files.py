@@ -19,7 +19,8 @@ writer read (``memoryFile``): of two writers with the same expectation one
 wins and the other gets ``FileChanged``; the last versions are kept.
 
 Agents write ``job/`` and ``scratch/``; ``project/`` and ``user/`` are read-only
-to them (the user, the operator or the job's end write those).
+to them (the user, the operator or the job's end write those). ``job/`` and
+``scratch/`` files go when the job's records do (``MemoryStore.expire_jobs``).
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ class MemoryFiles:
         if looks_secret(text):
             raise SecretInMemory()
         digest = sha256(text)
+        self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)  # whose files the job expiry looks at
         res = self._run(ctx, "put", where, expected, text, digest)
         self._settle(res, where, expected)
         return FileVersion(where.shown, digest, int(res.data["version"]))
@@ -269,7 +271,7 @@ class MemoryFiles:
             "memoryFile",
             [keys.memory_prefix(ctx.tenant)],
             [op, str(where.scope), where.relative, expected, arg, digest, ctx.actor or "?",
-             VERSIONS_KEPT],
+             VERSIONS_KEPT, ctx.job],
         )  # fmt: skip
 
     def _settle(self, res, where: MemoryPath, expected: str) -> None:

@@ -362,7 +362,8 @@ class MemoryStore:
         return report
 
     def expire_jobs(self, job_ids: Sequence[str]) -> int:
-        """Remove the ``job:`` and ``temp:`` items of jobs whose records expired; how many.
+        """Remove the ``job:`` and ``temp:`` items (and files) of jobs whose records expired;
+        how many items.
 
         Called when the job index drops them (``JobStore.prune_index``). What
         was promoted from them stays: expiry is not a forget, so it neither
@@ -382,8 +383,24 @@ class MemoryStore:
                 args = [self.changes_maxlen, 0, *ids]
                 res = run_plain(self.client, "memoryForget", [prefix], args)
                 removed += len(res.data["removed"].split())
+            self._expire_files(tenant, job_ids)
             self.client.delete(*(keys.memory_job_items(tenant, j) for j in job_ids))
         return removed
+
+    def _expire_files(self, tenant: str, job_ids: Sequence[str]) -> None:
+        """The jobs' ``job/`` and ``scratch/`` memory files, with their versions."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.smembers(keys.memory_job_files(tenant, job_id))
+        listed = sorted({f.decode() for members in pipe.execute() for f in members})
+        with self.client.pipeline(transaction=False) as pipe:
+            for entry in listed:
+                scope, _, path = entry.partition("|")
+                pipe.delete(keys.memory_file(tenant, scope, path))
+                pipe.delete(keys.memory_file_versions(tenant, scope, path))
+                pipe.zrem(keys.memory_files(tenant, scope), path)
+            pipe.delete(*(keys.memory_job_files(tenant, j) for j in job_ids))
+            pipe.execute()
 
     def _members(self, key: str) -> list[str]:
         return sorted(i.decode() for i in self.client.smembers(key))
