@@ -252,7 +252,9 @@ class JobStore:
 
         Crash-safe as ``retry`` is (``_reopen``); returns the stage.
         """
-        args = [stage, goal, constraints, criteria_version, int(criteria_changed), features, checks]
+        request = secrets.token_hex(8)  # answers a re-sent resume, even after its round ended
+        args = [stage, goal, constraints, criteria_version, int(criteria_changed), features, checks,
+                request]  # fmt: skip
         res, _ = self._reopen(job_id, "resumeJob", "resumes", args)
         if res.code == Code.JOB_FINISHED:
             raise NotResumable(job_id, f"it is {res.data['job_status']}: only a finished job")

@@ -190,3 +190,23 @@ def test_a_resume_that_loses_the_race_leaves_no_records_behind(state: State) -> 
     kinds = Counter(r.kind for r in state.artifacts(job.job_id).list() if r.id not in before)
     assert kinds == {"features": 1, "resume": 1}  # the winner's only
     assert len(events_named(state, job.job_id, "resume.checked")) == 1
+
+
+def test_a_resume_resent_after_its_round_already_ended_starts_no_second_round(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job, _, _ = _finished_agents_job_with_a_stale_child(state)
+    runner = state.jobs.runner
+    real = runner.run
+
+    def lost_reply(name, job_id, keys_, args):
+        if name != "resumeJob":
+            return real(name, job_id, keys_, args)
+        real(name, job_id, keys_, args)  # it ran; its reply was lost ...
+        state.client.hset(keys.job(job_id), "status", "failed")  # ... and the round failed fast
+        return real(name, job_id, keys_, args)  # the client sends it again
+
+    monkeypatch.setattr(runner, "run", lost_reply)
+    assert _resume(state, job.job_id) == "r1/resume"
+    assert state.jobs.get(job.job_id).resumes == 1
+    assert len(events_named(state, job.job_id, "job.resumed")) == 1

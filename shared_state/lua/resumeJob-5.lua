@@ -25,6 +25,8 @@
   ARGV[5] the constraints (the caller's encoding)   ARGV[6] the criteria version
   ARGV[7] 1 if the criteria changed (their time is recorded), else 0
   ARGV[8] the new round's feature list artifact id   ARGV[9] its checks artifact id
+  ARGV[10] the resume's id, chosen by the caller: a resume re-sent after a lost
+           reply is answered from the record, even once its round has ended
 
   Returns {code, data, events}
      1  data = stage, replayed
@@ -42,6 +44,9 @@ local jobKey, stream, leasesKey, queuedKey, tasksKey = KEYS[1], KEYS[2], KEYS[3]
 local job = readJob(jobKey)
 if not job.status then return reply(-1) end
 local expected = tonumber(ARGV[2])
+if redis.call('HGET', jobKey, 'resume_request') == ARGV[10] then
+  return reply(1, {stage = redis.call('HGET', jobKey, 'resume_stage'), replayed = true})
+end
 if not isTerminalJob(job.status) then
   local done = redis.call('HMGET', jobKey, 'resumes', 'resume_stage')
   if tonumber(done[1] or '0') == expected + 1 and done[2] == ARGV[3] then
@@ -74,7 +79,8 @@ end
 local round = redis.call('HINCRBY', jobKey, 'resumes', 1)
 redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0, 'result', '',
   'resume_stage', ARGV[3], 'constraints', ARGV[5], 'criteria_version', ARGV[6],
-  'blocked_tasks', 0, 'resumed_ms', now, 'resume_features', ARGV[8], 'resume_checks', ARGV[9])
+  'blocked_tasks', 0, 'resumed_ms', now, 'resume_features', ARGV[8], 'resume_checks', ARGV[9],
+  'resume_request', ARGV[10])
 if ARGV[4] ~= '' then redis.call('HSET', jobKey, 'goal', ARGV[4]) end
 if ARGV[7] == '1' then redis.call('HSET', jobKey, 'criteria_ms', now) end
 emit(stream, job.maxlen, {'event', 'job.resumed', 'job_id', redis.call('HGET', jobKey, 'job_id'),
