@@ -29,6 +29,8 @@ class EffectStatus(StrEnum):
     DONE = "done"  # ran; ``result`` holds what it returned
     NOT_DONE = "not_done"  # a resumed attempt found it never took effect
     BLOCKED = "blocked"  # unresolved and uncheckable: a person must decide
+    APPROVED = "approved"  # being made again on a person's approval (used once: a crash
+    # from here on blocks it again rather than make it a third time)
 
 
 class JournalEntry(BaseModel):

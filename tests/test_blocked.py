@@ -152,3 +152,25 @@ def test_an_unsettleable_effect_blocks_and_its_approval_lets_only_that_effect_th
     with pytest.raises(Blocked):
         journal(resumed, bump).reconcile()
     assert bump.effects == [7]
+
+
+def test_an_approval_is_used_once_a_crash_while_making_it_blocks_again(state: State) -> None:
+    from workers.errors import Blocked
+    from workers.journal import approval_digest
+
+    from .test_journal import Bump, _left_intent, claimed, journal
+
+    run, bump = claimed(state), Bump(found=None, idempotent=False)
+    key = _left_intent(run, bump)
+    entry = state.records(run.job.job_id).journal(run.task.task_id)[key]
+    # As if approved, then the worker died between making it and recording it:
+    state.records(run.job.job_id).write(
+        run.claim, journal=[entry.to(EffectStatus.APPROVED, "being made on a person's approval")]
+    )
+    state.client.hset(keys.task(run.job.job_id, run.task.task_id), "approved_for",
+                      approval_digest(entry))  # fmt: skip
+    again = state.tasks.get(run.job.job_id, run.task.task_id)
+    run.task = again  # the resumed attempt reads its task record afresh
+    with pytest.raises(Blocked):
+        journal(run, bump).reconcile()
+    assert bump.effects == []  # not made a second time on the same approval

@@ -109,19 +109,25 @@ class Journal:
         """
         notes = []
         approved = self.run.task.approved_for
+        unsettled = (EffectStatus.INTENT, EffectStatus.BLOCKED, EffectStatus.APPROVED)
         for entry in list(self.entries.values()):
-            if entry.status not in (EffectStatus.INTENT, EffectStatus.BLOCKED):
+            if entry.status not in unsettled:
                 continue
             kind = self.kinds.get(entry.tool)
             found = kind.check(entry) if kind is not None else None
+            # An approval is used once: an entry already being made on it is not made again.
+            approved_now = (
+                approved == approval_digest(entry) and entry.status is not EffectStatus.APPROVED
+            )
             if found is True:
                 settled = entry.to(EffectStatus.DONE, "settled on resume: the effect was found")
             elif found is False:
                 settled = entry.to(EffectStatus.NOT_DONE, "settled on resume: it never took effect")
-            elif kind is not None and (kind.idempotent or approved == approval_digest(entry)):
-                result = kind.apply(entry)
-                if not kind.idempotent:
-                    result = f"made again on a person's approval: {result}"
+            elif kind is not None and kind.idempotent:
+                settled = entry.to(EffectStatus.DONE, kind.apply(entry))
+            elif kind is not None and approved_now:
+                self._write(entry.to(EffectStatus.APPROVED, "being made on a person's approval"))
+                result = f"made again on a person's approval: {kind.apply(entry)}"
                 settled = entry.to(EffectStatus.DONE, result)
             else:
                 self._write(entry.to(EffectStatus.BLOCKED, "cannot tell whether it took effect"))
