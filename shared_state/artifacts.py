@@ -154,6 +154,15 @@ class ArtifactStore:
             raise ArtifactNotFound(artifact_id)
         return content.decode()
 
+    def stored_ms(self) -> dict[str, int]:
+        """Artifact id -> when it was last stored (ms), oldest first (``list``'s order)."""
+        ranked = self.client.zrange(keys.artifacts(self.job_id), 0, -1, withscores=True)
+        return {artifact_id.decode(): int(at) for artifact_id, at in ranked}
+
+    def latest(self, kind: str) -> ArtifactRef | None:
+        """The artifact of ``kind`` stored last, if any."""
+        return next((r for r in reversed(self.list()) if r.kind == kind), None)
+
     def list(self) -> list[ArtifactRef]:
         ids = [i.decode() for i in self.client.zrange(keys.artifacts(self.job_id), 0, -1)]
         pipe = self.client.pipeline(transaction=False)

@@ -57,11 +57,14 @@ class Records:
         self.client = tasks.client
         self.job_id = job_id
 
+    def entries(self) -> list[JournalEntry]:
+        """Every journal entry of the job, in no particular order (one read)."""
+        raw = self.client.hgetall(keys.journal(self.job_id))
+        return [JournalEntry.model_validate_json(v) for v in raw.values()]
+
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
         """A task's journal entries by key, in no particular order."""
-        raw = self.client.hgetall(keys.journal(self.job_id))
-        entries = (JournalEntry.model_validate_json(v) for v in raw.values())
-        return {e.key: e for e in entries if e.task_id == task_id}
+        return {e.key: e for e in self.entries() if e.task_id == task_id}
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)

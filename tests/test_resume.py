@@ -22,13 +22,9 @@ DAY_MS = 86_400_000
 
 
 def _latest_features(state: State, job_id: str) -> tuple[FeatureList, dict[str, int]]:
-    stored = {
-        i.decode(): int(s)
-        for i, s in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
-    }
-    refs = [r for r in state.artifacts(job_id).list() if r.kind == "features"]
-    latest = max(refs, key=lambda r: stored[r.id])
-    return FeatureList.model_validate_json(state.artifacts(job_id).text(latest.id)), stored
+    store = state.artifacts(job_id)
+    latest = store.latest("features")
+    return FeatureList.model_validate_json(store.text(latest.id)), store.stored_ms()
 
 
 def test_changed_criteria_and_stale_evidence_are_redone_and_reverified_none_survives(

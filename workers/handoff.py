@@ -179,11 +179,8 @@ def build(state: State, job_id: str) -> HandoffPackage:
     """The package for ``job_id`` from its records as they are now."""
     job = state.jobs.get(job_id)
     store = state.artifacts(job_id)
-    stored = {
-        i.decode(): int(score)
-        for i, score in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
-    }
-    refs = sorted(store.list(), key=lambda r: stored.get(r.id, 0))
+    stored = store.stored_ms()
+    refs = store.list()  # oldest first
     latest_features = next((r for r in reversed(refs) if r.kind == "features"), None)
     features = (
         FeatureList.model_validate_json(store.text(latest_features.id)) if latest_features else None
@@ -224,16 +221,11 @@ def build(state: State, job_id: str) -> HandoffPackage:
         if f.passes and f.evidence:
             source = f"check {f.check}, log {f.evidence[-1].artifact_id}"
             confirmed.append(FactItem(text=f"{f.id} passes: {f.description}", source=source))
-    raw_journal = state.client.hgetall(keys.journal(job_id))
     operations = sorted(
-        (
-            Operation(
-                key=e["key"], tool=e["tool"], status=e["status"], result=e.get("result", "")[:200]
-            )
-            for e in (json.loads(v) for v in raw_journal.values())
-        ),
+        (Operation(key=e.key, tool=e.tool, status=e.status.value, result=e.result[:200])
+         for e in records.entries()),
         key=lambda o: o.key,
-    )
+    )  # fmt: skip
     claims = [
         LiveClaim(
             task_id=t.task_id,

@@ -45,6 +45,7 @@ class FeatureCheck(BaseModel):
 
 class ResumePlan(BaseModel):
     job_id: str
+    features_id: str  # the feature list the checks read (the new round's starts from it)
     goal: str
     constraints: list[str]
     criteria_version: str
@@ -82,12 +83,8 @@ def plan(
     if job.scenario is not Scenario.AGENTS:
         raise NotResumable(job_id, "only an agents job has features to resume")
     store = state.artifacts(job_id)
-    stored = {
-        i.decode(): int(score)
-        for i, score in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
-    }
-    refs = sorted(store.list(), key=lambda r: stored.get(r.id, 0))
-    latest = next((r for r in reversed(refs) if r.kind == "features"), None)
+    stored = store.stored_ms()
+    latest = store.latest("features")
     if latest is None:
         raise NotResumable(job_id, "it wrote no feature list (`redfleet retry` runs it again)")
     features = FeatureList.model_validate_json(store.text(latest.id))
@@ -125,6 +122,7 @@ def plan(
         checks.append(FeatureCheck(feature_id=f.id, verdict=verdict, why=why))
     return ResumePlan(
         job_id=job_id,
+        features_id=latest.id,
         goal=new_goal,
         constraints=new_constraints,
         criteria_version=criteria_version(new_goal, new_constraints, features),
@@ -150,12 +148,7 @@ def start(state: State, plan: ResumePlan) -> str:
             state.events.append("resume.checked", check.model_dump(), job_id=job_id)
         return ""
     store = state.artifacts(job_id)
-    stored = {
-        i.decode(): int(score)
-        for i, score in state.client.zrange(keys.artifacts(job_id), 0, -1, withscores=True)
-    }
-    latest = max((r for r in store.list() if r.kind == "features"), key=lambda r: stored[r.id])
-    features = FeatureList.model_validate_json(store.text(latest.id))
+    features = FeatureList.model_validate_json(store.text(plan.features_id))
     verdicts = {c.feature_id: c.verdict for c in plan.checks}
     marked = features.model_copy(
         update={
