@@ -127,6 +127,17 @@ ScriptOpt = Annotated[
         "(default: REDFLEET_SCRIPT, else demo)."
     ),
 ]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=1000,
+        metavar="N",
+        help="Tasks each worker process runs at once, one per slot; an agent task mostly "
+        "waits on its model, so slots are cheap (default: REDFLEET_CONCURRENCY, else 1).",
+    ),
+]
+
 SummaryModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -182,6 +193,7 @@ def up(
     planners: Annotated[int, typer.Option(min=0, help="Planner worker processes.")] = 1,
     coders: Annotated[int, typer.Option(min=0, help="Coder worker processes.")] = 2,
     reviewers: Annotated[int, typer.Option(min=0, help="Reviewer worker processes.")] = 1,
+    concurrency: ConcurrencyOpt = None,
     lease_ms: LeaseOpt = None,
     burst: Annotated[
         bool, typer.Option("--burst", help="Exit 0 once no job is queued, claimed or waiting.")
@@ -222,6 +234,10 @@ def up(
     OpenAI chat-completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio;
     key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
 
+    --concurrency N gives each worker process N task slots: N tasks at once,
+    each with its own claim, lease and fencing token, sharing one process's
+    memory. Size a fleet as processes x slots (see the README, "Concurrency").
+
     --metrics-port serves the fleet's metrics for Prometheus (claims, renewals,
     fenced writes, reaps, tokens, cost, cache-hit ratio, step latency, queue
     depths, workers): counted in Redis from every worker's events, so one
@@ -239,6 +255,7 @@ def up(
         coders=coders,
         reviewers=reviewers,
         lease_ms=lease_ms or settings.lease_ms,
+        concurrency=concurrency or settings.concurrency,
         burst=burst,
         reaper=reaper,
         worker_env=worker_env,
@@ -246,6 +263,8 @@ def up(
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")
+        if spec.concurrency > 1:
+            fleet_of += f" x {views.count(spec.concurrency, 'slot')}"
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
         if metrics_port is not None:
@@ -263,6 +282,7 @@ def up(
 @app.command()
 def worker(
     role: Annotated[Role, typer.Option(help="The role queue this worker serves.")],
+    concurrency: ConcurrencyOpt = None,
     lease_ms: LeaseOpt = None,
     burst: Annotated[bool, typer.Option("--burst", help="Exit once the queue is empty.")] = False,
     summary_model: SummaryModelOpt = None,
@@ -282,6 +302,8 @@ def worker(
             lease_ms=lease_ms or settings.lease_ms,
             burst=burst,
             provider=choice,
+            concurrency=concurrency or settings.concurrency,
+            stuck_after_s=settings.slot_stuck_s,
         )
 
 
@@ -530,11 +552,9 @@ def workers_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         views.print_json(doc)
     else:
-        views.table(
-            "workers",
-            doc,
-            ["worker_id", "pid", "role", "host", "state", "task_id", "heartbeat_age_ms"],
-        )
+        rows = [{**w, "tasks": " ".join(w["tasks"])} for w in doc]
+        columns = ["worker_id", "pid", "role", "host", "state", "busy", "slots", "tasks"]
+        views.table("workers", rows, [*columns, "heartbeat_age_ms"])
 
 
 @app.command("logs")
