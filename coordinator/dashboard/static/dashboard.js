@@ -377,17 +377,18 @@ function plotLatency(container, latency) {
   const height = PLOT.top + PLOT.bottom + kinds.length * 28;
   const root = svg("svg", { viewBox: `0 0 ${PLOT.width} ${height}`, class: "plot",
     "data-plot": "latency", role: "img" });
+  const x0 = PLOT.left + 48;
   const xMax = Math.max(1, ...kinds.map(([, v]) => v.max_ms));
-  const scale = (ms) => ((PLOT.width - PLOT.left - PLOT.right - 120) * ms) / xMax;
+  const scale = (ms) => ((PLOT.width - PLOT.right - 220 - x0) * ms) / xMax;
   kinds.forEach(([kind, v], i) => {
     const y = PLOT.top + i * 28;
-    root.append(svg("text", { x: PLOT.left + 40, y: y + 15, class: "tick", "text-anchor": "end" }, kind));
-    root.append(svg("rect", { x: PLOT.left + 48, y, width: Math.max(1, scale(v.mean_ms)), height: 20,
+    root.append(svg("text", { x: x0 - 8, y: y + 15, class: "tick", "text-anchor": "end" }, kind));
+    root.append(svg("rect", { x: x0, y, width: Math.max(1, scale(v.mean_ms)), height: 20,
       class: `k-${kind} latency` }));
-    root.append(svg("line", { x1: PLOT.left + 48 + scale(v.max_ms), x2: PLOT.left + 48 + scale(v.max_ms),
+    root.append(svg("line", { x1: x0 + scale(v.max_ms), x2: x0 + scale(v.max_ms),
       y1: y - 2, y2: y + 22, class: "max" }));
-    root.append(svg("text", { x: PLOT.left + 56 + scale(v.max_ms), y: y + 15, class: "tick" },
-      `${v.mean_ms} ms mean, ${v.max_ms} max, ${v.calls} calls`));
+    root.append(svg("text", { x: PLOT.width - PLOT.right, y: y + 15, class: "tick",
+      "text-anchor": "end" }, `${v.mean_ms} ms mean, ${v.max_ms} max, ${v.calls} calls`));
   });
   container.replaceChildren(root);
 }
