@@ -107,6 +107,8 @@ def test_an_unknown_job_or_artifact_is_a_404_with_a_message(state: State, web: T
     assert reply.status_code == 404 and "a-missing" in reply.json()["error"]
     bad = web.get("/api/jobs", params={"status": "sleeping"})
     assert bad.status_code == 400 and "status: one of" in bad.json()["error"]
+    bad = web.get(f"/api/jobs/{job.job_id}/events", params={"after": "0-0 +"})
+    assert bad.status_code == 400 and "after: a stream id" in bad.json()["error"]
     assert web.post("/api/jobs").status_code == 405  # read-only
 
 

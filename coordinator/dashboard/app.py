@@ -10,6 +10,7 @@ still not run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +98,17 @@ def _limit(request: Request) -> int:
     return int(given)
 
 
+_STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
+
+
+def _after(request: Request) -> str | None:
+    """The stream id a poll of events asks after (None: the first poll)."""
+    given = request.query_params.get("after") or None
+    if given is not None and not _STREAM_ID.fullmatch(given):
+        raise HTTPException(400, f"after: a stream id like 1700000000000-0, not {given!r}")
+    return given
+
+
 def _http_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _error(exc.detail, exc.status_code)
@@ -149,11 +161,7 @@ def create_app(state: State, *, token: str | None = None) -> Starlette:
         Route("/api/jobs/{job_id}", _json(lambda r: documents.job(state, path(r, "job_id")))),
         Route(
             "/api/jobs/{job_id}/events",
-            _json(
-                lambda r: documents.events(
-                    state, path(r, "job_id"), r.query_params.get("after") or None
-                )
-            ),
+            _json(lambda r: documents.events(state, path(r, "job_id"), _after(r))),
         ),
         Route(
             "/api/jobs/{job_id}/calls", _json(lambda r: calls.document(state, path(r, "job_id")))
