@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -213,3 +214,10 @@ def test_the_command_serves_the_dashboard_on_the_embedded_settings_path(
         _, err = proc.communicate(timeout=30)
     assert f"dashboard on http://127.0.0.1:{port}/" in err
     assert SECRET not in err  # the token is never logged
+
+
+def test_a_port_in_use_is_a_one_line_error(redis_url: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = run("dashboard", "--port", str(port), url=redis_url)
+    assert_one_line_error(proc, f"--host/--port: cannot listen on 127.0.0.1:{port}")
