@@ -917,6 +917,56 @@ def show(
 
 
 @app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Where it listens.")] = 8765,
+    host: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST",
+            help="The address to listen on; anything but loopback needs --token.",
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKEN",
+            help="Required with every request (default: REDFLEET_DASHBOARD_TOKEN).",
+        ),
+    ] = None,
+) -> None:
+    """Serve a read-only live web page of the fleet on http://HOST:PORT/.
+
+    Pages: jobs (status, tasks done of all, tokens, cost, age; filter by
+    status); a job (its task tree with owners, fencing tokens and live lease
+    countdowns, events as they come, features with verdicts and evidence,
+    artifacts, usage, and plots of every model call's tokens, the context
+    high-water, cache hits, cost over time and latency by role); workers
+    (heartbeats, tasks, queues, claims). /metrics serves the Prometheus
+    metrics of `up --metrics-port`; /api/... the JSON the pages poll each second.
+
+    On a loopback address (the default) anyone on this machine may read it.
+    Elsewhere a token is required: send it as `Authorization: Bearer TOKEN`,
+    or open http://HOST:PORT/?token=TOKEN once, which keeps it in a cookie.
+    Nothing is fetched from the internet; Ctrl-C stops it.
+    """
+    from . import dashboard as web  # Starlette and uvicorn load for this command only
+
+    settings = Settings()
+    logs.configure(settings.log_level)
+    if token is None and settings.dashboard_token is not None:
+        token = settings.dashboard_token.get_secret_value() or None
+    web.require_token(host, token)
+    sock = web.bind(host, port)
+    # Interactive retries: a request waits under 2 s for Redis; the page's next poll retries.
+    with open_state(settings) as state:
+        where = f"http://{host}:{port}/" if ":" not in host else f"http://[{host}]:{port}/"
+        print(f"redfleet: dashboard on {where} (Ctrl-C stops it)", file=sys.stderr)
+        web.server(web.create_app(state, token=token), log_level=settings.log_level).run(
+            sockets=[sock]
+        )
+
+
+@app.command()
 def demo(
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=1, help="Give up after this many seconds.")

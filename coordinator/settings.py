@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared_state.redact import redact
@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     summary_model: str = Field(
         default="",
         description="a cheaper model of the provider for summaries (empty: none is called)",
+    )
+    dashboard_token: SecretStr | None = Field(
+        default=None,
+        description="the token `redfleet dashboard` asks for (required off loopback)",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the lowest level logged (any case)"
