@@ -134,7 +134,7 @@ ConcurrencyOpt = Annotated[
         max=1000,
         metavar="N",
         help="Tasks each worker process runs at once, one per slot; an agent task mostly "
-        "waits on its model, so slots are cheap (default: REDFLEET_CONCURRENCY, else 1).",
+        "waits on its model, so slots are cheap (default: REDFLEET_CONCURRENCY, else 4).",
     ),
 ]
 

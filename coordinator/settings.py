@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     )
     drain_timeout_s: float = Field(default=30.0, ge=0)
     concurrency: int = Field(
-        default=1, ge=1, le=1000, description="tasks each worker process runs at once"
+        default=4, ge=1, le=1000, description="tasks each worker process runs at once"
     )
     slot_stuck_s: float = Field(
         default=DEFAULT_STUCK_AFTER_S,

@@ -114,11 +114,20 @@ def launching() -> Iterator[Callable[..., Up]]:
 
 
 def busy(state: State, job_id: str, role: Role) -> list[WorkerInfo]:
-    """Workers of ``role`` holding a live claim on one of the job's tasks."""
+    """One entry per live claim a worker of ``role`` holds on the job's tasks.
+
+    A worker with several slots appears once per task it holds, its ``task_id``
+    set to that task's.
+    """
     found = []
     for w in state.workers.list():
-        if w.role is role and w.job_id == job_id and w.task_id:
-            task = state.tasks.get(job_id, w.task_id)
+        if w.role is not role:
+            continue
+        for held in w.tasks.split():
+            held_job, _, task_id = held.partition("/")
+            if held_job != job_id:
+                continue
+            task = state.tasks.get(job_id, task_id)
             if task.status == TaskStatus.CLAIMED and task.owner == w.worker_id:
-                found.append(w)
+                found.append(w.model_copy(update={"task_id": task_id}))
     return found

@@ -87,9 +87,12 @@ def test_reaper_once_prints_a_summary_line(state: State, redis_url) -> None:
 
 def test_up_burst_says_fleet_of_1_worker_and_prints_a_summary_line(state: State, redis_url):
     proc = run("up", "--burst", "--planners", "1", "--coders", "0", "--reviewers", "0",
-               url=redis_url)  # fmt: skip
+               "--concurrency", "1", url=redis_url)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "redfleet: fleet of 1 worker, provider scripted" in proc.stderr
+    slotted = run("up", "--burst", "--planners", "1", "--coders", "2", "--reviewers", "0",
+                  url=redis_url)  # fmt: skip
+    assert "redfleet: fleet of 3 workers x 4 slots, provider scripted" in slotted.stderr
     (line,) = proc.stdout.splitlines()
     assert line.startswith("fleet stopped: reaped 0 expired attempts (0 dead)")
     assert "0 worker restarts, 0 hung workers killed" in line

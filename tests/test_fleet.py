@@ -7,9 +7,10 @@ import signal
 from collections import Counter
 
 from coordinator.reaper import Reaper
-from shared_state import Envelope, JobSpec, Role, Scenario, State, TaskStatus, keys
+from shared_state import Envelope, JobSpec, Role, Scenario, State, keys
 
 from .conftest import events_named, wait_for
+from .processes import busy
 
 LEASE_MS = 1_500
 
@@ -20,12 +21,7 @@ def _succeeded(state: State, job_id: str) -> bool:
 
 def _busy_coder(state: State, job_id: str):
     """A coder worker currently holding a claim on one of the job's tasks."""
-    for w in state.workers.list():
-        if w.role is Role.CODER and w.job_id == job_id and w.task_id:
-            task = state.tasks.get(job_id, w.task_id)
-            if task.status == TaskStatus.CLAIMED and task.owner == w.worker_id:
-                return w
-    return None
+    return next(iter(busy(state, job_id, Role.CODER)), None)
 
 
 def test_a_task_of_a_sigkilled_worker_is_reclaimed_and_the_job_succeeds(
