@@ -151,14 +151,25 @@ class FleetCollector(Collector):
         for queue, n in state.delivery.depths().items():
             depth.add_metric([queue], n)
         yield depth
+        live = state.workers.list()
         workers = GaugeMetricFamily(
-            "redfleet_workers", "Live workers, by role and state.", labels=["role", "state"]
+            "redfleet_workers", "Live worker processes, by role, state.", labels=["role", "state"]
         )
-        for (role, st), n in sorted(
-            Counter((w.role.value, w.state) for w in state.workers.list()).items()
-        ):
+        for (role, st), n in sorted(Counter((w.role.value, w.state) for w in live).items()):
             workers.add_metric([role, st], n)
         yield workers
+        slots = GaugeMetricFamily(
+            "redfleet_worker_slots",
+            "Task slots of the live workers, by role and state (busy: holding a task).",
+            labels=["role", "state"],
+        )
+        by_slot: Counter[tuple[str, str]] = Counter()
+        for w in live:
+            by_slot[(w.role.value, "busy")] += w.busy
+            by_slot[(w.role.value, "idle")] += w.slots - w.busy
+        for (role, st), n in sorted(by_slot.items()):
+            slots.add_metric([role, st], n)
+        yield slots
         yield GaugeMetricFamily("redfleet_jobs_active", "Jobs not yet finished.", value=len(active))
 
 

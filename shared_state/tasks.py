@@ -9,6 +9,7 @@ or reaped attempt) are delivered here, so no caller can forget to.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,7 @@ class TaskStore:
         self.client = runner.client
         self.delivery = delivery
         self._jobs: dict[str, Job] = {}
+        self._jobs_lock = threading.Lock()
 
     # -- the owner's writes -------------------------------------------------------
 
@@ -128,9 +130,11 @@ class TaskStore:
         return Claimed(task=task, job=job, claim=claim)
 
     def _keep_job(self, job: Job) -> Job:
-        if len(self._jobs) >= self.JOBS_KEPT:
-            del self._jobs[next(iter(self._jobs))]  # the first seen goes first
-        self._jobs[job.job_id] = job
+        # Shared by a process's task slots: two evicting at once must not both pick one key.
+        with self._jobs_lock:
+            if len(self._jobs) >= self.JOBS_KEPT:
+                self._jobs.pop(next(iter(self._jobs)), None)  # the first seen goes first
+            self._jobs[job.job_id] = job
         return job
 
     def renew(self, claim: Claim, lease_ms: int) -> int:

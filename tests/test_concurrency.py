@@ -14,12 +14,12 @@ from collections import Counter
 
 from rq import Worker as RQWorker
 
-from shared_state import JobSpec, Role, Scenario, State, Task, TaskStatus
+from shared_state import Envelope, JobSpec, Role, Scenario, State, Task, TaskStatus
 from workers.llm import load_scenario
 
 from .conftest import events_named, wait_for
 from .loopback import ScriptedOpenAI
-from .processes import alive
+from .processes import alive, busy
 from .test_agent_jobs import GOAL, finished
 
 LEASE_MS = 1_500
@@ -183,3 +183,25 @@ def test_a_fan_out_yields_slots_to_another_jobs_waiting_task(state: State, start
 def _ms(entry_id: str) -> int:
     """When a stream entry was written, in Redis time (comparable across job streams)."""
     return int(entry_id.partition("-")[0])
+
+
+def test_a_second_envelope_of_a_task_a_slot_runs_is_dropped_by_the_other_slots(
+    state: State, redis_url: str, up_process
+) -> None:
+    # The claim script answers a claim by the same worker on a live lease as a retry
+    # (the same token): only the process itself can tell its second slot no.
+    up = up_process(redis_url, "--coders", "1", "--concurrency", "2",
+                    "--lease-ms", str(LEASE_MS))  # fmt: skip
+    wait_for(lambda: up.registered(state, 3), 60, "the fleet's three workers")
+    job = state.jobs.submit(JobSpec(goal="twice", scenario=Scenario.SLOW, fanout=1))
+    ((_, task),) = wait_for(lambda: busy_tasks(state, job.job_id), 30, "the coder busy")
+    state.delivery.send([Envelope(job.job_id, task, Role.CODER)])
+    wait_for(lambda: state.jobs.get(job.job_id).status == "succeeded", 60, "the job to succeed")
+    assert up.logged("delivery.duplicate", task_id=task, why="held by a slot")
+    assert not up.logged("delivery.dropped")
+    _each_succeeded_once(state, job.job_id)
+
+
+def busy_tasks(state: State, job_id: str) -> list[tuple[str, str]]:
+    """(worker, task) for each coder task of the job a worker holds now."""
+    return [(w.worker_id, w.task_id) for w in busy(state, job_id, Role.CODER)]

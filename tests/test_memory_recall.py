@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -138,3 +140,40 @@ def test_a_sharded_index_finds_every_item_and_takes_in_writes(
     late = put(store, "token-late arrives after the index was built")
     assert [h.item.id for h in recall.search(CTX, "token-late")] == [late]
     assert len(recall.search(CTX, "shared words", k=50)) == 20
+
+
+def test_task_slots_searching_one_index_while_memory_changes_see_no_torn_index(
+    store: MemoryStore, redis_url: str
+) -> None:
+    """Every slot of a worker process searches the process's one Recall as others write."""
+    for n in range(200):
+        put(store, f"deploy region eu-west-{n} service alpha{n}")
+    recall = Recall(store)
+    writer = MemoryStore(connect(redis_url))  # another worker: each write makes a search refresh
+    errors: list[str] = []
+    searches = [0] * 4
+    done = threading.Event()
+
+    def slot(i: int) -> None:
+        while not done.is_set():
+            try:
+                assert recall.search(CTX, "deploy region service", k=5)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:120])
+            searches[i] += 1
+
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    try:
+        n = 0
+        while min(searches) < 25 and time.monotonic() < deadline:  # each write a refresh
+            put(writer, f"deploy region ap-south-{n} service beta{n}")
+            n += 1
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    assert min(searches) >= 25, searches
+    assert errors == []

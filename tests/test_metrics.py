@@ -26,6 +26,9 @@ def _scrape(port: int) -> dict[str, dict[tuple, float]]:
     return out
 
 
+ROLES = ("planner", "coder", "reviewer")
+
+
 def _listening(port: int) -> bool:
     try:
         return bool(_scrape(port))
@@ -37,7 +40,8 @@ def test_scraped_metrics_match_the_finished_jobs_status(
     state: State, redis_url: str, up_process
 ) -> None:
     port = free_port()
-    up_process(redis_url, "--metrics-port", str(port), "--coders", "1", "--lease-ms", "3000")
+    up_process(redis_url, "--metrics-port", str(port), "--coders", "1", "--lease-ms", "3000",
+               "--concurrency", "3")  # fmt: skip
     wait_for(lambda: _listening(port), 30, "the metrics endpoint")
     job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
     wait_for(lambda: state.jobs.get(job.job_id).status == "succeeded", 120, "the job")
@@ -76,9 +80,9 @@ def test_scraped_metrics_match_the_finished_jobs_status(
         "coder": 1,
         "reviewer": 1,
     }
-    assert set(m["redfleet_queue_depth"]) == {
-        (("queue", r),) for r in ("planner", "coder", "reviewer")
-    }
+    slots = {tuple(dict(k).values()): v for k, v in m["redfleet_worker_slots"].items()}
+    assert slots == {(r, st): 3 if st == "idle" else 0 for r in ROLES for st in ("busy", "idle")}
+    assert set(m["redfleet_queue_depth"]) == {(("queue", r),) for r in ROLES}
 
 
 def test_reaps_are_counted_as_the_job_streams_record_them(state: State, start_fleet) -> None:

@@ -181,7 +181,7 @@ class Heartbeat(threading.Thread):
             lease.give_up_if_stuck(self.stuck_after_s)
         try:
             for lease in self.leases:
-                lease.renew(self._tasks)
+                self._renew(lease)
             self.beat()
             self.flush()
         except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
@@ -197,6 +197,17 @@ class Heartbeat(threading.Thread):
         if not self._reachable:
             log.info("heartbeat.redis_back", worker=self.worker_id)
         self._reachable = True
+
+    def _renew(self, lease: Lease) -> None:
+        """Renew one slot's lease; an error other than a lost connection is that slot's alone."""
+        try:
+            lease.renew(self._tasks)
+        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError):
+            raise  # Redis is away: every later renewal would wait out its timeout too
+        except Exception as exc:
+            claim = lease.claim
+            log.warning("heartbeat.renew_failed", worker=self.worker_id,
+                        task_id=claim.task_id if claim else "", error=repr(exc))  # fmt: skip
 
     def beat(self) -> None:
         held = [claim for lease in self.leases if (claim := lease.claim) is not None]

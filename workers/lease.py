@@ -54,11 +54,12 @@ class Lease:
     def hold(self, claim: Claim, sent_at: float | None = None) -> None:
         """Start renewing ``claim``, whose claim call was sent at monotonic ``sent_at``."""
         with self._write_lock, self._lease_lock:
-            self.claim = claim
+            # Progress first: the stuck check reads the claim, then this, without the lock.
+            self._progress_at = time.monotonic()
+            self._deadline = (time.monotonic() if sent_at is None else sent_at) + self.lease_s
             self.lost.clear()
             self.lost_reason = ""
-            self._deadline = (time.monotonic() if sent_at is None else sent_at) + self.lease_s
-            self._progress_at = time.monotonic()
+            self.claim = claim
 
     def expired(self) -> bool:
         """True once the lease held is lost: refused, or past its local deadline."""

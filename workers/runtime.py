@@ -56,6 +56,7 @@ from shared_state import (
     Scenario,
     State,
     StateError,
+    TaskStatus,
     queue_name,
 )
 
@@ -74,6 +75,7 @@ _slot = threading.local()  # .lease: the Lease of the slot whose thread this is
 
 # How often the main thread looks at its slots while it waits for them to end.
 _WATCH_S = 0.5
+_UNBLOCK_EVERY_S = 1.0  # a CLIENT LIST costs Redis O(clients): not more often than this
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -120,15 +122,38 @@ class WorkerRuntime:
             stuck_after_s=stuck_after_s,
         )
         self.fair = FairShare(state.delivery, role, concurrency)
+        # The tasks this process's slots hold. A claim by the same worker id on a live
+        # lease is the claim script's retry (it answers with the same token), so a second
+        # envelope of a task that another slot here runs must end here, not claim it again.
+        self._held: set[tuple[str, str]] = set()
+        self._held_lock = threading.Lock()
 
     def run_task(self, job_id: str, task_id: str, lease: Lease) -> None:
-        if self.fair.yields(job_id):
-            # The task stays queued and unclaimed; its fresh envelope waits at the back.
-            self.state.delivery.send([Envelope(job_id, task_id, self.role)])
-            log.info("delivery.yielded", job_id=job_id, task_id=task_id, share=self.fair.share)
+        with self._held_lock:
+            duplicate = (job_id, task_id) in self._held
+            if not duplicate:
+                self._held.add((job_id, task_id))
+        if duplicate:
+            log.info("delivery.duplicate", job_id=job_id, task_id=task_id, why="held by a slot")
             return
-        with self.fair.running(job_id):
-            self._run(job_id, task_id, lease)
+        try:
+            if self.fair.yields(job_id) and self._still_queued(job_id, task_id):
+                # The task stays queued and unclaimed; its fresh envelope waits at the back.
+                self.state.delivery.send([Envelope(job_id, task_id, self.role)])
+                log.info("delivery.yielded", job_id=job_id, task_id=task_id, share=self.fair.share)
+                return
+            with self.fair.running(job_id):
+                self._run(job_id, task_id, lease)
+        finally:
+            with self._held_lock:
+                self._held.discard((job_id, task_id))
+
+    def _still_queued(self, job_id: str, task_id: str) -> bool:
+        """Whether a task is queued, so that yielding it re-sends no finished or claimed one."""
+        try:
+            return self.state.tasks.get(job_id, task_id).status is TaskStatus.QUEUED
+        except NotFound:
+            return False
 
     def _run(self, job_id: str, task_id: str, lease: Lease) -> None:
         sent_at = time.monotonic()  # the lease runs from here at the latest
@@ -249,11 +274,12 @@ def run_worker(
         slots=concurrency,
         provider=runtime.provider.describe(),
     )
+    waiting = [threading.Event() for _ in range(concurrency)]
     threads = [
         threading.Thread(
             target=_slot_main,
             args=(state, runtime.heartbeat.leases[i], slots.slot_name(worker_id, i), role, stop),
-            kwargs={"burst": burst, "commands": i == 0},
+            kwargs={"waiting": waiting[i], "burst": burst, "commands": i == 0},
             name=f"redfleet-slot-{i}",
             daemon=True,  # a cold stop leaves them: their leases run out
         )
@@ -262,7 +288,7 @@ def run_worker(
     try:
         for thread in threads:
             thread.start()
-        _watch(state, worker_id, threads, stop)
+        _watch(state, worker_id, threads, waiting, stop)
     finally:
         runtime.heartbeat.stop()
         _runtime = None
@@ -277,6 +303,7 @@ def _slot_main(
     role: Role,
     stop: threading.Event,
     *,
+    waiting: threading.Event,
     burst: bool,
     commands: bool,
 ) -> None:
@@ -286,7 +313,8 @@ def _slot_main(
     try:
         while True:
             try:
-                slots.serve(name, queue_name(role), client, stop, burst=burst, commands=commands)
+                slots.serve(name, queue_name(role), client, stop, waiting,
+                            burst=burst, commands=commands)  # fmt: skip
                 return
             except Exception:
                 log.exception("worker.slot_crashed", worker=name)
@@ -297,21 +325,30 @@ def _slot_main(
 
 
 def _watch(
-    state: State, worker_id: str, threads: list[threading.Thread], stop: threading.Event
+    state: State,
+    worker_id: str,
+    threads: list[threading.Thread],
+    waiting: list[threading.Event],
+    stop: threading.Event,
 ) -> None:
     """Wait in the main thread (where signals arrive) until every slot has ended.
 
-    Once a stop is asked for, idle slots are woken from their blocking dequeue
-    (again each turn: a slot may have been between two dequeues).
+    Once a stop is asked for, slots waiting in their blocking dequeue are
+    woken — again, at most once a second, while any alive slot still waits
+    (one may have been between two dequeues).
     """
+    woken_at = -_UNBLOCK_EVERY_S
     while alive := [t for t in threads if t.is_alive()]:
         if not stop.is_set():
             stop.wait(_WATCH_S)
             continue
-        try:
-            slots.unblock(state.client, worker_id)
-        except (redis.RedisError, StateError) as exc:
-            log.info("worker.unblock_failed", worker=worker_id, error=str(exc))
+        idle = any(w.is_set() for t, w in zip(threads, waiting, strict=True) if t.is_alive())
+        if idle and time.monotonic() - woken_at >= _UNBLOCK_EVERY_S:
+            woken_at = time.monotonic()
+            try:
+                slots.unblock(state.client, worker_id)
+            except (redis.RedisError, StateError) as exc:
+                log.info("worker.unblock_failed", worker=worker_id, error=str(exc))
         alive[0].join(_WATCH_S)
 
 

@@ -14,8 +14,10 @@ Signals belong to the process's main thread (``runtime``): a slot installs
 no handlers and is stopped through ``stop``. A slot waiting in its dequeue
 is woken by ``unblock`` (CLIENT UNBLOCK on the connections named after the
 process's slots), so a drain does not wait out RQ's dequeue timeout. Only
-slot 0 subscribes to RQ's command channel: `rq`'s commands address a
-worker by name, and one listener per process is enough.
+slot 0 subscribes to RQ's command channel, for `rq`'s shutdown command
+(which stops the whole process: RQ sends the process SIGINT); the commands
+about one job (stop-job, kill-horse) have no horse to act on in an
+in-process worker, and are not listened for on the other slots.
 
 Riding out Redis: RQ's dequeue retries connection errors itself; any other
 end of RQ's work loop that no stop asked for (a Redis timeout, an error its
@@ -88,9 +90,15 @@ class SlotWorker(SimpleWorker):
     death_penalty_class = _LeaseDecides
 
     def __init__(
-        self, *args: object, stop: threading.Event, commands: bool, **kwargs: object
+        self,
+        *args: object,
+        stop: threading.Event,
+        waiting: threading.Event,
+        commands: bool,
+        **kwargs: object,
     ) -> None:
         self.stopping = stop
+        self.waiting = waiting  # set while it waits in its dequeue: what ``unblock`` wakes
         self.commands = commands
         self.drained = False
         super().__init__(*args, **kwargs)
@@ -119,12 +127,15 @@ class SlotWorker(SimpleWorker):
     ) -> tuple[Job, Queue] | None:
         if self.stopping.is_set():
             raise StopRequested()
+        self.waiting.set()
         try:
             found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         except redis.ResponseError as exc:
             if "UNBLOCKED" in str(exc) and self.stopping.is_set():
                 raise StopRequested() from None  # woken by ``unblock``: the drain
             raise
+        finally:
+            self.waiting.clear()
         self.drained = found is None  # only a burst (or an idle limit) comes back empty
         return found
 
@@ -143,6 +154,7 @@ def serve(
     queue: str,
     client: redis.Redis,
     stop: threading.Event,
+    waiting: threading.Event,
     *,
     burst: bool,
     commands: bool,
@@ -171,6 +183,7 @@ def serve(
                     serializer=JSONSerializer,
                     worker_ttl=RQ_WORKER_TTL_S,
                     stop=stop,
+                    waiting=waiting,
                     commands=commands,
                 )
                 rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
@@ -211,8 +224,9 @@ def unblock(client: redis.Redis, worker_id: str) -> int:
     """Wake this process's slots waiting in a blocking dequeue; how many were woken.
 
     CLIENT UNBLOCK ... ERROR makes the waiting BLMOVE fail at once with
-    UNBLOCKED, which a stopping slot takes for its stop. Best effort: a slot
-    not woken still ends at its dequeue timeout.
+    UNBLOCKED, which a stopping slot takes for its stop. One CLIENT LIST:
+    O(clients of the server), so the caller asks only while a slot waits, and
+    not often. Best effort: a slot not woken still ends at its dequeue timeout.
     """
     prefix = f"{worker_id}/"
     woken = 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -168,6 +169,7 @@ class Recall:
         self.store = store
         self.client: redis.Redis = store.client
         self._tenants: dict[str, _TenantIndex] = {}
+        self._lock = threading.Lock()
 
     def search(
         self,
@@ -184,35 +186,39 @@ class Recall:
         wanted = terms(query)
         if not wanted or k <= 0:
             return []
-        index = self._refresh(ctx.tenant)
-        if not index.ids:
-            return []
         now = self.store.now_ms()
         allowed = {str(s) for s in scopes}
-        mask = np.fromiter(
-            (
-                doc.status == "current"
-                and not (doc.valid_until and now >= doc.valid_until)
-                and not (doc.reverify_after and now >= doc.reverify_after)
-                and doc.authority >= min_authority
-                and (not allowed or str(doc.scope) in allowed)
-                and (not kinds or doc.kind in kinds)
-                and ctx.sees(doc.scope, operator=operator)
-                for doc in (index.docs[i] for i in index.ids)
-            ),
-            dtype=bool,
-            count=len(index.ids),
-        )
-        scores = index.scores(wanted)
+        # The index is rebuilt in place as the tenant's memory changes: another task
+        # slot of this process must not score it halfway through (hits are re-read outside).
+        with self._lock:
+            index = self._refresh(ctx.tenant)
+            if not index.ids:
+                return []
+            ids = list(index.ids)
+            mask = np.fromiter(
+                (
+                    doc.status == "current"
+                    and not (doc.valid_until and now >= doc.valid_until)
+                    and not (doc.reverify_after and now >= doc.reverify_after)
+                    and doc.authority >= min_authority
+                    and (not allowed or str(doc.scope) in allowed)
+                    and (not kinds or doc.kind in kinds)
+                    and ctx.sees(doc.scope, operator=operator)
+                    for doc in (index.docs[i] for i in ids)
+                ),
+                dtype=bool,
+                count=len(ids),
+            )
+            scores = index.scores(wanted)
         candidates = np.nonzero(mask & (scores > 0))[0]
         # Best score first, then item id (index.ids is sorted): the same order everywhere.
         ranked = candidates[np.lexsort((candidates, -scores[candidates]))]
         hits: list[Hit] = []
         for start in range(0, len(ranked), max(k * 2, 8)):
             chunk = ranked[start : start + max(k * 2, 8)]
-            fresh = self._still_current(ctx, [index.ids[i] for i in chunk], now, operator)
+            fresh = self._still_current(ctx, [ids[i] for i in chunk], now, operator)
             for position in chunk:
-                item = fresh.get(index.ids[position])
+                item = fresh.get(ids[position])
                 if item is not None:
                     hits.append(Hit(item, float(scores[position])))
                     if len(hits) == k:

@@ -14,6 +14,7 @@ text), not O(history).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from functools import cache
 
@@ -37,18 +38,22 @@ class Tokenizer:
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self.encoding = tiktoken.get_encoding(encoding)
         self._counts: OrderedDict[str, int] = OrderedDict()
+        # The task slots of a process share one tokenizer: a lookup must not race an eviction.
+        self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        cached = self._counts.get(text)
-        if cached is not None:
-            self._counts.move_to_end(text)
-            return cached
+        with self._lock:
+            cached = self._counts.get(text)
+            if cached is not None:
+                self._counts.move_to_end(text)
+                return cached
         n = len(self.encoding.encode(text, disallowed_special=()))
-        self._counts[text] = n
-        if len(self._counts) > _CACHE_SIZE:
-            self._counts.popitem(last=False)
+        with self._lock:
+            self._counts[text] = n
+            if len(self._counts) > _CACHE_SIZE:
+                self._counts.popitem(last=False)
         return n
 
     def count_lines(self, text: str) -> int:

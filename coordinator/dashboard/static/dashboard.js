@@ -425,8 +425,8 @@ async function artifactPage() {
 
 // -- workers ------------------------------------------------------------------------------
 
-const WORKER_COLUMNS = ["worker_id", "role", "state", "heartbeat_age_ms", "task_id", "job_id",
-  "host", "pid"];
+const WORKER_COLUMNS = ["worker_id", "role", "state", "busy", "slots", "tasks",
+  "heartbeat_age_ms", "host", "pid"];
 
 function workersPage() {
   poll(async () => {
@@ -441,6 +441,10 @@ function workersPage() {
       el("tr", { "data-worker": w.worker_id }, ...columns.map((c) => {
         if (c === "heartbeat_age_ms") return el("td", { class: "num" }, `${(w[c] / 1000).toFixed(1)} s ago`);
         if (c === "job_id" && w[c]) return el("td", {}, link(jobHref(w[c]), w[c]));
+        if (c === "tasks" && w[c]) {  // "job_id/task_id", space-separated: one link each
+          return el("td", {}, ...w[c].split(" ").flatMap((held) =>
+            [link(jobHref(held.split("/")[0]), held), " "]));
+        }
         return el("td", {}, w[c] ?? "");
       }))));
     fill(document.querySelector("#queues tbody"), Object.entries(doc.queues).map(([q, n]) =>
