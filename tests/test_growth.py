@@ -11,12 +11,13 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job as RQJob
 
 from coordinator.reaper import Reaper
-from shared_state import JobSpec, Role, Scenario, State, TaskStatus, keys
+from shared_state import JobSpec, Role, Scenario, State, keys
 from shared_state.delivery import RESULT_TTL_S
 from shared_state.jobs import SUBMIT_GRACE_MS
 from shared_state.scripts import server_ms
 
 from .conftest import events_named, wait_for
+from .processes import busy
 
 RETENTION_S = 2
 JOBS = 1_000  # more than any batch the reaper ever took per tick
@@ -127,12 +128,9 @@ def _rq_leftovers(state: State, role: Role, rq_id: str) -> dict[str, object]:
 
 def _busy_coder_envelope(state: State, job_id: str) -> tuple[int, str, str] | None:
     """(pid, task id, envelope id) of a coder worker holding a claim on one of the job's tasks."""
-    for w in state.workers.list():
-        if w.role is Role.CODER and w.job_id == job_id and w.task_id:
-            task = state.tasks.get(job_id, w.task_id)
-            if task.status == TaskStatus.CLAIMED and task.owner == w.worker_id:
-                envelope = state.client.hget(keys.task(job_id, w.task_id), "envelope")
-                return w.pid, w.task_id, envelope.decode()
+    for w in busy(state, job_id, Role.CODER):
+        envelope = state.client.hget(keys.task(job_id, w.task_id), "envelope")
+        return w.pid, w.task_id, envelope.decode()
     return None
 
 

@@ -185,12 +185,16 @@ function renderTree(doc) {
 
 function renderUsage(doc) {
   const u = doc.usage;
+  const names = Object.keys(doc.providers || {});
   const providers = Object.entries(doc.providers || {}).map(([p, n]) => `${p} (${n})`).join(", ");
+  // A replay calls no model: its cost is only what the tokens would have cost.
+  const replay = names.length > 0 && names.every((p) => p.split(" ")[0] === "scripted");
   const rows = [
     ["model calls", u.calls], ["input tokens", u.input_tokens], ["cached tokens", u.cached_tokens],
     ["output tokens", u.output_tokens], ["context high-water", u.high_water],
-    ["cache-hit ratio", u.cache_hit_ratio], ["cost", usd(u.cost_usd)],
-    ["providers", providers || "none"],
+    ["cache-hit ratio", u.cache_hit_ratio],
+    ["cost", replay ? `${usd(u.cost_usd)} had a model been paid` : usd(u.cost_usd)],
+    ["providers", replay ? `${providers}: a replay, no model was called` : providers || "none"],
   ];
   document.getElementById("usage").replaceChildren(
     ...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]),
