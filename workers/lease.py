@@ -92,8 +92,11 @@ class Lease:
                     self.claim = None
 
     def release(self) -> None:
+        """The slot is free: no claim, and no loss left over from the task it ran."""
         with self._write_lock, self._lease_lock:
             self.claim = None
+            self.lost.clear()
+            self.lost_reason = ""
 
     # -- called by the heartbeat thread ----------------------------------------------------
 

@@ -122,17 +122,20 @@ class WorkerRuntime:
             stuck_after_s=stuck_after_s,
         )
         self.fair = FairShare(state.delivery, role, concurrency)
-        # The tasks this process's slots hold. A claim by the same worker id on a live
-        # lease is the claim script's retry (it answers with the same token), so a second
-        # envelope of a task that another slot here runs must end here, not claim it again.
-        self._held: set[tuple[str, str]] = set()
+        # The tasks this process's slots run, with their leases. A claim by the same worker
+        # id on a live lease is the claim script's retry (it answers with the same token),
+        # so a second envelope of a task another slot here runs must end here, not claim
+        # it again; once that slot's lease is lost (a stuck slot), the task may run here.
+        self._held: dict[tuple[str, str], Lease] = {}
         self._held_lock = threading.Lock()
 
     def run_task(self, job_id: str, task_id: str, lease: Lease) -> None:
+        key = (job_id, task_id)
         with self._held_lock:
-            duplicate = (job_id, task_id) in self._held
+            other = self._held.get(key)
+            duplicate = other is not None and not other.lost.is_set()
             if not duplicate:
-                self._held.add((job_id, task_id))
+                self._held[key] = lease
         if duplicate:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id, why="held by a slot")
             return
@@ -146,7 +149,8 @@ class WorkerRuntime:
                 self._run(job_id, task_id, lease)
         finally:
             with self._held_lock:
-                self._held.discard((job_id, task_id))
+                if self._held.get(key) is lease:  # not a later slot's, running it since
+                    del self._held[key]
 
     def _still_queued(self, job_id: str, task_id: str) -> bool:
         """Whether a task is queued, so that yielding it re-sends no finished or claimed one."""
