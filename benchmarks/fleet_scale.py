@@ -95,6 +95,8 @@ RUN_ENDS = {"task.succeeded", "task.waiting", "task.failed", "task.requeued", "t
 GOALS = {"running_tasks": 500, "mb_per_agent": 20.0, "throughput_share": 0.9}
 BASELINE_MB_PER_AGENT = 98.0
 SAMPLE_S = 0.1
+IDLE_S = 3.0
+TABLE_WIDTH = 200  # the tables' columns unwrapped, also when stdout is not a terminal
 PSS_EVERY_S = 0.5
 FIRST_GUESS_MB = 130.0  # per worker process, before one was measured
 
@@ -285,6 +287,12 @@ class Fleet:
                     found.append(proc)
         return found
 
+    def logged(self, event: str) -> int:
+        """How many times the fleet's log (supervisor and workers) names ``event`` so far."""
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace").count(f'"{event}"')
+        return 0
+
     def log_tail(self) -> str:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace")[-1500:]
@@ -467,7 +475,24 @@ class LoadRun:
             time.sleep(0.5)
         time.sleep(1.0)  # the last ones finish importing
         self.doc["startup_s"] = round(time.monotonic() - started, 1)
-        _progress(self.console, f"  {n} worker processes up in {self.doc['startup_s']} s")
+        self.doc["startup_hung_kills"] = fleet.logged("fleet.worker_hung")
+        _progress(self.console, f"  {n} worker processes up in {self.doc['startup_s']} s"
+                  f" ({self.doc['startup_hung_kills']} killed as hung while starting)")  # fmt: skip
+        self._idle(fleet, sampling)
+
+    def _idle(self, fleet: Fleet, sampling: redis.Redis) -> None:
+        """What the fleet costs doing nothing: worker CPU and Redis commands per second."""
+        sent0 = Counted.sent["sampling"]
+        cpu0, info0 = _cpu(fleet.workers()), sampling.info("stats")["total_commands_processed"]
+        time.sleep(IDLE_S)
+        cpu1, info1 = _cpu(fleet.workers()), sampling.info("stats")["total_commands_processed"]
+        own = sum(cpu1[p][0] - cpu0[p][0] for p in cpu1 if p in cpu0)
+        commands = info1 - info0 - (Counted.sent["sampling"] - sent0)
+        self.doc["idle"] = {
+            "seconds": IDLE_S,
+            "worker_cpu_share": round(own / IDLE_S, 3),  # of one core, all workers together
+            "redis_commands_per_s": round(commands / IDLE_S, 1),
+        }
 
     def _drive(self, fleet: Fleet, state: State, sampling: redis.Redis) -> None:
         a, load = self.args, self.load
@@ -480,6 +505,8 @@ class LoadRun:
         stats0 = sampling.info("commandstats")
         redis_cpu0 = sampling.info("cpu")
         sent0 = dict(Counted.sent)
+        me0 = psutil.Process().cpu_times()
+        hung0, died0 = fleet.logged("fleet.worker_hung"), fleet.logged("fleet.worker_died")
 
         live: dict[str, float] = {}
         lock = threading.Lock()
@@ -549,24 +576,29 @@ class LoadRun:
         stats1 = sampling.info("commandstats")
         redis_cpu1 = sampling.info("cpu")
         sent = {k: Counted.sent[k] - sent0.get(k, 0) for k in Counted.sent}
+        me1 = psutil.Process().cpu_times()
+        hung = fleet.logged("fleet.worker_hung") - hung0
+        died = fleet.logged("fleet.worker_died") - died0
         if stopped:
             self.doc["stopped"] = stopped
             _progress(self.console, f"  {stopped}")
 
         # -- what the job records say ---------------------------------------------------
-        runs, tasks, ended_tasks, model_events = [], 0, 0, 0
+        runs, tasks, ended_tasks, model_events, requeued = [], 0, 0, 0, 0
         for job_id in outcomes:
             task_list = poller.tasks.list(job_id)
             tasks += len(task_list)
             ended_tasks += sum(t.status.value in ("succeeded", "dead") for t in task_list)
             events = poller.events.read(job_id, last=100_000)
             model_events += sum(e.event == "model.called" for e in events)
+            requeued += sum(e.event == "task.requeued" for e in events)
             runs += _runs(events)
         calls = calls1["answered"] - calls0["answered"]
         refused = calls1["refused"] - calls0["refused"]
         sweep = pss.at_peak if pss.at_peak["running"] >= 0 else pss.sweep()
-        own = sum(cpu1[p][0] - cpu0[p][0] for p in cpu1 if p in cpu0)
-        child = sum(cpu1[p][1] - cpu0[p][1] for p in cpu1 if p in cpu0)
+        # Replacements started during the load count whole; a killed worker's CPU is lost.
+        own = sum(cpu1[p][0] - cpu0.get(p, (0.0, 0.0))[0] for p in cpu1)
+        child = sum(cpu1[p][1] - cpu0.get(p, (0.0, 0.0))[1] for p in cpu1)
         harness = sent.get("sampling", 0) + 6  # the INFO calls around the window
         commands = info1 - info0 - harness
         ev_peak, ev_mean, run_s = _concurrency(runs)
@@ -618,7 +650,14 @@ class LoadRun:
                     2,
                 ),
                 "worker_ms_per_call": round(1000 * own / calls, 2) if calls else None,
-                "restarted_workers": len(cpu0.keys() - cpu1.keys()),
+                "harness_s": round(me1.user + me1.system - me0.user - me0.system, 2),
+                "worker_processes_gone": len(cpu0.keys() - cpu1.keys()),
+            },
+            fleet_events={
+                "hung_kills": hung,
+                "worker_deaths": died,
+                "tasks_requeued": requeued,
+                "scripts_rerun": calls1["scripts_rerun"] - calls0["scripts_rerun"],
             },
             calls={
                 "answered": calls,
@@ -643,6 +682,11 @@ class LoadRun:
                 "commands": commands,
                 "per_task": round(commands / ended_tasks, 1) if ended_tasks else None,
                 "harness_excluded": harness,
+                "per_task_net_of_idle": round(
+                    (commands - self.doc["idle"]["redis_commands_per_s"] * window) / ended_tasks, 1
+                )
+                if ended_tasks
+                else None,
                 "submit_commands": sent.get("submitting", 0),
                 "top": _top_commands(stats0, stats1),
             },
@@ -821,6 +865,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             f"{r['redis']['per_task']}",
         )  # fmt: skip
     console.print(table)
+    print_overheads(doc, console)
     console.print(f"fleet (b): {doc['concurrent_fleet']}", highlight=False)
     ratio = doc["ratio_mb_per_agent_a_over_b"]
     console.print(
@@ -843,6 +888,31 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     for r in doc["loads"]:
         if r.get("orphans"):
             console.print(f"orphans after fleet ({r['fleet']}) {r['slots']}: {r['orphans']}")
+
+
+def print_overheads(doc: dict[str, Any], console: Console) -> None:
+    """Where the time and CPU went, and what went wrong in the fleet, per load."""
+    table = Table(title="fleet health and overheads (CPU seconds over the load)")
+    columns = ("fleet", "procs x slots", "start-up", "hung kills start/load", "requeued",
+               "run s (model s)", "idle workers", "workers", "pytest", "harness", "loopback",
+               "redis", "cmds/task net of idle")  # fmt: skip
+    for col in columns:
+        table.add_column(col, justify="left" if col == "fleet" else "right")
+    for r in doc["loads"]:
+        if "running" not in r:
+            continue
+        c, f, calls = r["cpu"], r["fleet_events"], r["calls"]
+        model_s = doc["params"]["delay_s"] * calls["answered"] / max(1, r["runs"])
+        table.add_row(
+            f"({r['fleet']})", f"{r['processes']} x {r['slots_per_process']}",
+            f"{r['startup_s']} s", f"{r['startup_hung_kills']}/{f['hung_kills']}",
+            f"{f['tasks_requeued']} ({f['scripts_rerun']} rerun)",
+            f"{r['running']['mean_run_s']} ({model_s:.2f})",
+            f"{r['idle']['worker_cpu_share']:.0%} of a core",
+            f"{c['worker_s']}", f"{c['worker_children_s']}", f"{c['harness_s']}",
+            f"{c['loopback_s']}", f"{c['redis_s']}", f"{r['redis']['per_task_net_of_idle']}",
+        )  # fmt: skip
+    console.print(table)
 
 
 # -- arguments -----------------------------------------------------------------------------------
@@ -946,7 +1016,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print_table(doc, Console())
+        print_table(doc, Console(width=max(Console().width, TABLE_WIDTH)))
 
 
 if __name__ == "__main__":

@@ -11,14 +11,18 @@ plain asyncio streams, one coroutine a connection, so 1,000 calls in flight
 cost a few MB and almost no CPU. Every answer's body is built once, at start.
 
 Which task is asking comes from the task header in the prompt (``TASK`` …
-``role``/``name``/``stage``/``kind``, as ``tests/loopback.py`` reads it);
-replay state (the step of each script) is kept per job goal AND script key,
-so jobs with distinct goals never share a script's steps. Scenarios here use
-no ``$ref:`` arguments, which is what makes precomputed answers exact.
+``role``/``name``/``stage``/``kind``, as ``tests/loopback.py`` reads it), and
+which step of its script from the run's own conversation: the assistant turns
+the prompt already holds. So the replay is per job AND task AND run, with no
+state shared between them: a run that is retried on another worker (a lease
+lost under load) starts its script again, as the in-process ``scripted``
+provider does, and its journal settles what the first run did. Scenarios
+here use no ``$ref:`` arguments, which is what makes precomputed answers exact.
 
 ``GET /stats`` answers the counts as JSON: calls answered, calls in flight
 now and at most, calls refused (a task with no script, or past its last step:
-HTTP 400, which the worker's provider does not retry), and answers by key.
+HTTP 400, which the worker's provider does not retry), answers by key, and
+scripts started again (a job's task run again from its first step).
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ class SlowServer:
             key: [_response(200, completion(key, i, s)) for i, s in enumerate(steps)]
             for key, steps in scenario["roles"].items()
         }
-        self.steps: Counter[tuple[str, str]] = Counter()
+        self.runs: Counter[tuple[str, str]] = Counter()  # first calls per job and script
         self.by_key: Counter[str] = Counter()
         self.answered = 0
         self.refused = 0
@@ -112,6 +116,7 @@ class SlowServer:
             "max_in_flight": self.max_in_flight,
             "last_refusal": self.last_refusal,
             "by_key": dict(self.by_key),
+            "scripts_rerun": sum(n - 1 for n in self.runs.values() if n > 1),
         }
 
     def _refuse(self, why: str) -> bytes:
@@ -121,16 +126,19 @@ class SlowServer:
 
     def _answer(self, body: bytes) -> bytes:
         try:
-            goal, key = script_key(json.loads(body)["messages"])
+            messages = json.loads(body)["messages"]
+            goal, key = script_key(messages)
         except (ValueError, KeyError, StopIteration) as exc:
             return self._refuse(f"no task header in the prompt ({type(exc).__name__})")
         steps = self.answers.get(key)
         if steps is None:
             return self._refuse(f"no script for {key!r}")
-        index = self.steps[(goal, key)]
+        index = sum(m.get("role") == "assistant" for m in messages)
         if index >= len(steps):
-            return self._refuse(f"{key!r} has {len(steps)} steps, step {index + 1} was asked for")
-        self.steps[(goal, key)] += 1
+            return self._refuse(
+                f"{key!r} of {goal!r} has {len(steps)} steps, step {index + 1} was asked for"
+            )
+        self.runs[(goal, key)] += index == 0
         self.by_key[key] += 1
         return steps[index]
 
