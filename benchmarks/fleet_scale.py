@@ -397,6 +397,12 @@ class PssSweeper(threading.Thread):
                 self.at_peak = s
 
 
+def _busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every process, ours or not)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
+
+
 def _cpu(procs: list[psutil.Process]) -> dict[int, tuple[float, float]]:
     """pid -> (own user+system, reaped children's user+system) CPU seconds."""
     found = {}
@@ -505,7 +511,7 @@ class LoadRun:
         stats0 = sampling.info("commandstats")
         redis_cpu0 = sampling.info("cpu")
         sent0 = dict(Counted.sent)
-        me0 = psutil.Process().cpu_times()
+        me0, machine0 = psutil.Process().cpu_times(), _busy_s()
         hung0, died0 = fleet.logged("fleet.worker_hung"), fleet.logged("fleet.worker_died")
 
         live: dict[str, float] = {}
@@ -576,7 +582,7 @@ class LoadRun:
         stats1 = sampling.info("commandstats")
         redis_cpu1 = sampling.info("cpu")
         sent = {k: Counted.sent[k] - sent0.get(k, 0) for k in Counted.sent}
-        me1 = psutil.Process().cpu_times()
+        me1, machine1 = psutil.Process().cpu_times(), _busy_s()
         hung = fleet.logged("fleet.worker_hung") - hung0
         died = fleet.logged("fleet.worker_died") - died0
         if stopped:
@@ -651,6 +657,8 @@ class LoadRun:
                 ),
                 "worker_ms_per_call": round(1000 * own / calls, 2) if calls else None,
                 "harness_s": round(me1.user + me1.system - me0.user - me0.system, 2),
+                "machine_busy_s": round(machine1 - machine0, 2),
+                "machine_cores": psutil.cpu_count(),
                 "worker_processes_gone": len(cpu0.keys() - cpu1.keys()),
             },
             fleet_events={
@@ -890,12 +898,19 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             console.print(f"orphans after fleet ({r['fleet']}) {r['slots']}: {r['orphans']}")
 
 
+def _others(c: dict[str, Any]) -> float:
+    """Busy CPU of the machine not accounted for by this run's processes (other users)."""
+    ours = sum(c[k] for k in ("worker_s", "worker_children_s", "supervisor_s", "loopback_s",
+                              "redis_s", "harness_s"))  # fmt: skip
+    return round(c["machine_busy_s"] - ours, 1)
+
+
 def print_overheads(doc: dict[str, Any], console: Console) -> None:
     """Where the time and CPU went, and what went wrong in the fleet, per load."""
     table = Table(title="fleet health and overheads (CPU seconds over the load)")
     columns = ("fleet", "procs x slots", "start-up", "hung kills start/load", "requeued",
                "run s (model s)", "idle workers", "workers", "pytest", "harness", "loopback",
-               "redis", "cmds/task net of idle")  # fmt: skip
+               "redis", "machine busy (others)", "cmds/task net of idle")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="left" if col == "fleet" else "right")
     for r in doc["loads"]:
@@ -910,7 +925,8 @@ def print_overheads(doc: dict[str, Any], console: Console) -> None:
             f"{r['running']['mean_run_s']} ({model_s:.2f})",
             f"{r['idle']['worker_cpu_share']:.0%} of a core",
             f"{c['worker_s']}", f"{c['worker_children_s']}", f"{c['harness_s']}",
-            f"{c['loopback_s']}", f"{c['redis_s']}", f"{r['redis']['per_task_net_of_idle']}",
+            f"{c['loopback_s']}", f"{c['redis_s']}",
+            f"{c['machine_busy_s']} ({_others(c)})", f"{r['redis']['per_task_net_of_idle']}",
         )  # fmt: skip
     console.print(table)
 
@@ -1008,8 +1024,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP: unwind, so that every ``finally`` stops what this run started."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
     console = Console(stderr=True)
     doc = run(args, console)
     doc["params"] = {k: v for k, v in vars(args).items() if k != "json"}
