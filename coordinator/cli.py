@@ -127,6 +127,17 @@ ScriptOpt = Annotated[
         "(default: REDFLEET_SCRIPT, else demo)."
     ),
 ]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=1000,
+        metavar="N",
+        help="Tasks each worker process runs at once, one per slot; an agent task mostly "
+        "waits on its model, so slots are cheap (default: REDFLEET_CONCURRENCY, else 1).",
+    ),
+]
+
 SummaryModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -182,6 +193,7 @@ def up(
     planners: Annotated[int, typer.Option(min=0, help="Planner worker processes.")] = 1,
     coders: Annotated[int, typer.Option(min=0, help="Coder worker processes.")] = 2,
     reviewers: Annotated[int, typer.Option(min=0, help="Reviewer worker processes.")] = 1,
+    concurrency: ConcurrencyOpt = None,
     lease_ms: LeaseOpt = None,
     burst: Annotated[
         bool, typer.Option("--burst", help="Exit 0 once no job is queued, claimed or waiting.")
@@ -222,6 +234,10 @@ def up(
     OpenAI chat-completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio;
     key in OPENAI_API_KEY); `anthropic` the Messages API (ANTHROPIC_API_KEY).
 
+    --concurrency N gives each worker process N task slots: N tasks at once,
+    each with its own claim, lease and fencing token, sharing one process's
+    memory. Size a fleet as processes x slots (see the README, "Concurrency").
+
     --metrics-port serves the fleet's metrics for Prometheus (claims, renewals,
     fenced writes, reaps, tokens, cost, cache-hit ratio, step latency, queue
     depths, workers): counted in Redis from every worker's events, so one
@@ -239,6 +255,7 @@ def up(
         coders=coders,
         reviewers=reviewers,
         lease_ms=lease_ms or settings.lease_ms,
+        concurrency=concurrency or settings.concurrency,
         burst=burst,
         reaper=reaper,
         worker_env=worker_env,
@@ -246,6 +263,8 @@ def up(
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")
+        if spec.concurrency > 1:
+            fleet_of += f" x {views.count(spec.concurrency, 'slot')}"
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
         if metrics_port is not None:
@@ -263,6 +282,7 @@ def up(
 @app.command()
 def worker(
     role: Annotated[Role, typer.Option(help="The role queue this worker serves.")],
+    concurrency: ConcurrencyOpt = None,
     lease_ms: LeaseOpt = None,
     burst: Annotated[bool, typer.Option("--burst", help="Exit once the queue is empty.")] = False,
     summary_model: SummaryModelOpt = None,
@@ -282,6 +302,8 @@ def worker(
             lease_ms=lease_ms or settings.lease_ms,
             burst=burst,
             provider=choice,
+            concurrency=concurrency or settings.concurrency,
+            stuck_after_s=settings.slot_stuck_s,
         )
 
 
@@ -530,11 +552,9 @@ def workers_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         views.print_json(doc)
     else:
-        views.table(
-            "workers",
-            doc,
-            ["worker_id", "pid", "role", "host", "state", "task_id", "heartbeat_age_ms"],
-        )
+        rows = [{**w, "tasks": " ".join(w["tasks"])} for w in doc]
+        columns = ["worker_id", "pid", "role", "host", "state", "busy", "slots", "tasks"]
+        views.table("workers", rows, [*columns, "heartbeat_age_ms"])
 
 
 @app.command("logs")
@@ -894,6 +914,56 @@ def show(
     else:
         text = text if raw else multi_line(text)
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Where it listens.")] = 8765,
+    host: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST",
+            help="The address to listen on; anything but loopback needs --token.",
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKEN",
+            help="Required with every request (default: REDFLEET_DASHBOARD_TOKEN).",
+        ),
+    ] = None,
+) -> None:
+    """Serve a read-only live web page of the fleet on http://HOST:PORT/.
+
+    Pages: jobs (status, tasks done of all, tokens, cost, age; filter by
+    status); a job (its task tree with owners, fencing tokens and live lease
+    countdowns, events as they come, features with verdicts and evidence,
+    artifacts, usage, and plots of every model call's tokens, the context
+    high-water, cache hits, cost over time and latency by role); workers
+    (heartbeats, tasks, queues, claims). /metrics serves the Prometheus
+    metrics of `up --metrics-port`; /api/... the JSON the pages poll each second.
+
+    On a loopback address (the default) anyone on this machine may read it.
+    Elsewhere a token is required: send it as `Authorization: Bearer TOKEN`,
+    or open http://HOST:PORT/?token=TOKEN once, which keeps it in a cookie.
+    Nothing is fetched from the internet; Ctrl-C stops it.
+    """
+    from . import dashboard as web  # Starlette and uvicorn load for this command only
+
+    settings = Settings()
+    logs.configure(settings.log_level)
+    if token is None and settings.dashboard_token is not None:
+        token = settings.dashboard_token.get_secret_value() or None
+    web.require_token(host, token)
+    sock = web.bind(host, port)
+    # Interactive retries: a request waits under 2 s for Redis; the page's next poll retries.
+    with open_state(settings) as state:
+        where = f"http://{host}:{port}/" if ":" not in host else f"http://[{host}]:{port}/"
+        print(f"redfleet: dashboard on {where} (Ctrl-C stops it)", file=sys.stderr)
+        web.server(web.create_app(state, token=token), log_level=settings.log_level).run(
+            sockets=[sock]
+        )
 
 
 @app.command()

@@ -59,6 +59,7 @@ class FleetSpec:
     coders: int = 2
     reviewers: int = 1
     lease_ms: int = 10_000
+    concurrency: int = 1  # task slots per worker process
     burst: bool = False
     reaper: bool = True
     worker_env: tuple[tuple[str, str], ...] = ()  # set for every worker (the provider's)
@@ -144,6 +145,7 @@ class Fleet:
         command = [
             sys.executable, "-P", "-m", "coordinator", "worker",
             "--role", slot.role.value, "--lease-ms", str(self.spec.lease_ms),
+            "--concurrency", str(self.spec.concurrency),
         ]  # fmt: skip
         try:
             # Own process group: a terminal's Ctrl-C or hangup reaches the supervisor only,

@@ -162,9 +162,14 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily("redfleet_jobs_active", "Jobs not yet finished.", value=len(active))
 
 
+def registry(state: State) -> CollectorRegistry:
+    """A registry holding only the fleet's collector (no process metrics of this process)."""
+    fleet = CollectorRegistry(auto_describe=False)
+    fleet.register(FleetCollector(state))
+    return fleet
+
+
 def serve(state: State, port: int, host: str = "127.0.0.1") -> Thread:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns it."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(state))
-    _server, thread = start_http_server(port, addr=host, registry=registry)
+    _server, thread = start_http_server(port, addr=host, registry=registry(state))
     return thread

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared_state.redact import redact
+from workers.heartbeat import DEFAULT_STUCK_AFTER_S
 from workers.llm import ProviderChoice, ProviderName
 
 _REDIS_URL_FORMS = "redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix://PATH[?db=DB]"
@@ -45,6 +46,14 @@ class Settings(BaseSettings):
         description="a queued task with no live envelope this long is re-sent",
     )
     drain_timeout_s: float = Field(default=30.0, ge=0)
+    concurrency: int = Field(
+        default=1, ge=1, le=1000, description="tasks each worker process runs at once"
+    )
+    slot_stuck_s: float = Field(
+        default=DEFAULT_STUCK_AFTER_S,
+        ge=1,
+        description="a slot whose task makes no progress this long gives its lease up",
+    )
     provider: ProviderName = Field(
         default=ProviderName.SCRIPTED, description="the model provider workers call"
     )
@@ -54,6 +63,10 @@ class Settings(BaseSettings):
     summary_model: str = Field(
         default="",
         description="a cheaper model of the provider for summaries (empty: none is called)",
+    )
+    dashboard_token: SecretStr | None = Field(
+        default=None,
+        description="the token `redfleet dashboard` asks for (required off loopback)",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the lowest level logged (any case)"

@@ -206,6 +206,9 @@ def workers_doc(workers: Iterable[WorkerInfo]) -> list[dict[str, Any]]:
             "role": w.role.value,
             "host": w.host,
             "state": w.state,
+            "slots": w.slots,
+            "busy": w.busy,
+            "tasks": w.tasks.split(),  # "job_id/task_id" each
             "task_id": w.task_id or None,
             "heartbeat_age_ms": w.heartbeat_age_ms,
         }

@@ -42,6 +42,7 @@ class ClientOptions:
     keepalive_idle_s: int = 10
     keepalive_interval_s: int = 3
     keepalive_count: int = 3
+    client_name: str | None = None  # CLIENT SETNAME on every connection: who it is, in CLIENT LIST
 
     def with_(self, **changes: Any) -> ClientOptions:
         return replace(self, **changes)
@@ -65,6 +66,7 @@ class ClientOptions:
                 EqualJitterBackoff(self.backoff_cap_s, self.backoff_base_s), self.retries
             ),
             "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+            "client_name": self.client_name,
         }
 
 

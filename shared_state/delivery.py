@@ -4,7 +4,9 @@ An RQ job here is only an envelope, ``execute(job_id, task_id)`` encoded as
 JSON; ownership is decided by the claim script, never by RQ. RQ may deliver
 an envelope twice (the second claim fails quietly) or lose it (the reaper
 finds the task queued with no live envelope and sends a new one). Each
-delivery gets a fresh RQ job id, recorded in the task hash as ``envelope``.
+delivery gets a fresh RQ job id, ``<job id>_<task id>_<random>``, recorded in
+the task hash as ``envelope``; a worker reads whose tasks wait in a queue
+from the ids alone (``waiting_jobs``).
 
 An envelope whose worker died is never finished by RQ: its job hash, its
 entry in the queue's started ("wip") registry and its executions would stay
@@ -80,7 +82,7 @@ class Delivery:
             return
         with self.client.pipeline() as pipe:
             for env in envelopes:
-                rq_id = f"{env.task_id}_{secrets.token_hex(3)}"
+                rq_id = f"{env.job_id}_{env.task_id}_{secrets.token_hex(3)}"
                 self.queues[env.role].enqueue_call(
                     EXECUTE,
                     args=(env.job_id, env.task_id),
@@ -174,6 +176,14 @@ class Delivery:
             pipe.lrange(self.queues[role].key, 0, -1)
         return {rq_id for ids in pipe.execute() for rq_id in ids}
 
+    def waiting_jobs(self, role: Role, limit: int) -> list[str]:
+        """The jobs of the first ``limit`` envelopes waiting in ``role``'s queue, in order.
+
+        An envelope sent before ids named their job counts as a job of its own.
+        """
+        ids = self.client.lrange(self.queues[role].key, 0, limit - 1)
+        return [rq_id.decode().partition("_")[0] for rq_id in ids]
+
     def depths(self) -> dict[str, int]:
         pipe = self.client.pipeline(transaction=False)
         for queue in self.queues.values():
@@ -184,8 +194,11 @@ class Delivery:
 def _worker_id(rq_name: str) -> str:
     """The redfleet worker id behind an RQ worker name.
 
-    A worker that rode out an outage runs a fresh RQ loop named
-    ``<worker id>.<n>`` (RQ refuses a second birth under one name).
+    Each slot of a worker is an RQ worker named ``<worker id>/<slot>``; a slot
+    that rode out an outage runs a fresh RQ loop named ``<worker id>/<slot>.<n>``
+    (RQ refuses a second birth under one name).
     """
     head, dot, tail = rq_name.rpartition(".")
-    return head if dot and tail.isdigit() else rq_name
+    name = head if dot and tail.isdigit() else rq_name
+    head, slash, tail = name.rpartition("/")
+    return head if slash and tail.isdigit() else name

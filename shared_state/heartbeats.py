@@ -33,6 +33,15 @@ class WorkerRegistry:
         reaper's) drops it; it is skipped here, not removed, so that a read
         never races a late heartbeat.
         """
+        return [WorkerInfo.model_validate(rec) for rec in self.records()]
+
+    def records(self) -> list[dict[str, Any]]:
+        """The live workers' heartbeat hashes with every field, as ``list`` finds them.
+
+        Each has ``worker_id`` and ``heartbeat_age_ms`` (Redis time) in place
+        of ``heartbeat_ms``; fields ``WorkerInfo`` does not know (a newer
+        worker's) are kept, as strings, for readers that show them as they are.
+        """
         ids = [i.decode() for i in self.client.zrange(keys.WORKERS, 0, -1)]
         pipe = self.client.pipeline(transaction=False)
         for worker_id in ids:
@@ -40,13 +49,13 @@ class WorkerRegistry:
         pipe.time()
         *records, now = pipe.execute()
         now_ms = to_ms(now)
-        found = []
+        found: list[dict[str, Any]] = []
         for worker_id, raw in zip(ids, records, strict=True):
             if not raw:
                 continue
-            rec = {k.decode(): v.decode() for k, v in raw.items()}
+            rec: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
             rec["heartbeat_age_ms"] = max(0, now_ms - int(rec.pop("heartbeat_ms")))
-            found.append(WorkerInfo.model_validate({**rec, "worker_id": worker_id}))
+            found.append({**rec, "worker_id": worker_id})
         return found
 
     def prune(self, older_than_ms: int) -> int:

@@ -67,10 +67,19 @@ class ScriptedOpenAI:
     name, kind, stage), answers with that script's next step, and can be told
     to fail first: ``faults`` are (status, body) answers served, in order,
     before any scripted one, and ``malformed`` names script keys whose first
-    request gets a tool call with arguments that are not JSON.
+    request gets a tool call with arguments that are not JSON. A request whose
+    prompt contains ``hang`` (when given) gets no answer until ``release`` is set:
+    a provider that hangs.
     """
 
-    def __init__(self, scenario: Any, *, faults: list[tuple[int, Any]], malformed: set[str]):
+    def __init__(
+        self,
+        scenario: Any,
+        *,
+        faults: list[tuple[int, Any]],
+        malformed: set[str],
+        hang: str = "",
+    ):
         from workers.context import Message
         from workers.llm import ScriptedProvider
 
@@ -78,6 +87,8 @@ class ScriptedOpenAI:
         self.malformed = set(malformed)
         self.requests: list[dict[str, Any]] = []
         self.providers: dict[str, Any] = {}
+        self.release = threading.Event()
+        self.hung = 0  # requests held by ``hang`` so far
         lock = threading.Lock()
         replay = self
 
@@ -94,6 +105,11 @@ class ScriptedOpenAI:
             return key if stage == "start" else f"{key}/{stage}"
 
         def answer(body: dict[str, Any]) -> tuple[int, Any]:
+            if hang and any(hang in (m.get("content") or "") for m in body["messages"]):
+                with lock:
+                    replay.hung += 1
+                replay.release.wait(120)
+                return 503, {"error": {"message": "released"}}
             with lock:
                 replay.requests.append(body)
                 if replay.faults:
@@ -148,6 +164,7 @@ class ScriptedOpenAI:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

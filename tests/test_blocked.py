@@ -137,8 +137,8 @@ def test_an_unsettleable_effect_blocks_and_its_approval_lets_only_that_effect_th
     state.tasks.decide(job_id, task_id, approve=True, note="it did not go out", by="cli:ann")
     again = state.tasks.claim(job_id, task_id, "w2", 60_000)
     beat = Heartbeat(state, worker_id="w2", role=again.task.role, lease_ms=60_000, info={})
-    beat.hold(again.claim)
-    resumed = TaskRun(state, again.job, again.task, again.claim, beat)
+    beat.leases[0].hold(again.claim)
+    resumed = TaskRun(state, again.job, again.task, again.claim, beat.leases[0])
     notes = journal(resumed, bump).reconcile()
     assert bump.effects == [7]  # made once, on the approval
     assert notes and "made again on a person's approval" in notes[0]

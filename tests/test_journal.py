@@ -36,8 +36,8 @@ def claimed(state: State, worker: str = "w1", *, goal: str = "g") -> TaskRun:
     got = state.tasks.claim(job.job_id, job.root_task, worker, 60_000)
     assert got is not None
     beat = Heartbeat(state, worker_id=worker, role=Role.PLANNER, lease_ms=60_000, info={})
-    beat.hold(got.claim)
-    return TaskRun(state, got.job, got.task, got.claim, beat)
+    beat.leases[0].hold(got.claim)
+    return TaskRun(state, got.job, got.task, got.claim, beat.leases[0])
 
 
 def journal(run: TaskRun, bump: Bump) -> Journal:

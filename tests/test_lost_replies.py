@@ -272,19 +272,20 @@ def test_one_stalled_renewal_does_not_cost_the_lease(
     started = time.monotonic()
     claimed = remote.tasks.claim(job.job_id, job.root_task, "w1", lease_ms)
     beat = Heartbeat(remote, worker_id="w1", role=Role.PLANNER, lease_ms=lease_ms, info={})
-    beat.hold(claimed.claim, started)
+    lease = beat.leases[0]
+    lease.hold(claimed.claim, started)
     beat.start()
     try:
         wait_for(lambda: events_named(state, job.job_id, "task.renewed"), 10, "a renewal")
-        before = beat._deadline
+        before = lease._deadline
         proxy.stall()  # the next renewal hangs until its timeout
         wait_for(lambda: not beat._reachable, 10, "a renewal to time out")
         proxy.resume()
         # A renewal that got its reply moves the local deadline on; a lost lease never does.
-        wait_for(lambda: beat._deadline > before or beat.lost.is_set(), 10, "the next renewal")
-        assert not beat.lost.is_set(), beat.lost_reason
+        wait_for(lambda: lease._deadline > before or lease.lost.is_set(), 10, "the next renewal")
+        assert not lease.lost.is_set(), lease.lost_reason
     finally:
-        beat.release()
+        lease.release()
         beat.stop()
 
 

@@ -105,7 +105,7 @@ def test_children_finishing_at_once_on_different_processes_requeue_the_parent_on
             assert p.exitcode == 0
         parents.append((job.job_id, parent.task_id))
     planner_queue = state.delivery.queues[Role.PLANNER]
-    envelopes = Counter(j.split("_")[0] for j in planner_queue.get_job_ids())
+    envelopes = Counter(j.split("_")[1] for j in planner_queue.get_job_ids())  # job_task_random
     for job_id, parent_id in parents:
         requeues = [
             e

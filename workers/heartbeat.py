@@ -8,19 +8,22 @@ the retry), so one stalled call costs one tick, never the lease. Each tick
 - tells the supervisor that started the process that it still makes progress
   (a byte on the liveness pipe, ``SupervisorLink``), whether or not Redis
   answers, and notices when that supervisor is gone;
-- renews the lease of the task the worker holds, records the worker's
-  heartbeat and flushes the queued global-stream mirror entries; the first
-  call that fails ends the tick.
+- renews the lease of every task the worker's slots hold (``lease.Lease``),
+  records the worker's heartbeat (slots, how many are busy, with which
+  tasks) and flushes the queued global-stream mirror entries; the first call
+  that fails ends the tick.
 
-The lease as this process sees it ends ``lease_ms`` after the last successful
-renewal (or the claim) was *sent*, on the monotonic clock: never after the
-deadline Redis keeps. It is lost when a renewal is refused (stale token,
-finished job) or when that local deadline passes without one — which the task
-loop checks itself (``check``), so it holds while this thread is blocked in a
-call. From then on ``lease.lost`` has been logged (once), nothing is renewed
-and no owner's write is started: the task loop's next ``check`` raises
-LeaseLost. A request already on the wire when a partition began may still
-reach Redis later; its stale token (and the scripts' lease check) refuses it.
+A lease as this process sees it ends ``lease_ms`` after the last successful
+renewal was sent (see ``lease``); a lost one is never renewed again and its
+slot's next ``check`` raises LeaseLost. A request already on the wire when a
+partition began may still reach Redis later; its stale token (and the
+scripts' lease check) refuses it.
+
+A slot whose task has reached no ``check`` for ``stuck_after_s`` (a provider
+call that never returns, a deadlock in its thread) has its lease given up
+here, as the supervisor kills a process that stopped making progress: the
+task is reclaimed after the lease, and the stuck thread writes nothing when
+it wakes. The other slots go on.
 
 A worker whose supervisor is gone asks itself for a warm stop (SIGHUP, what
 PR_SET_PDEATHSIG sends where it exists) and, if its task still runs after the
@@ -34,24 +37,22 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 import structlog
 
-from shared_state import Claim, ConnectionFailed, Fenced, JobFinished, NotFound, State, TaskStore
+from shared_state import ConnectionFailed, State, TaskStore
 from shared_state.client import ClientOptions, sibling
 from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
 from shared_state.scripts import Runner
 
-from .errors import LeaseLost
+from .lease import Lease
 
 log = structlog.get_logger("redfleet.heartbeat")
-
-T = TypeVar("T")
 
 _SUPERVISOR_PID = "REDFLEET_SUPERVISOR_PID"
 _LIVENESS_FD = "REDFLEET_LIVENESS_FD"
@@ -117,6 +118,9 @@ def heartbeat_options(lease_ms: int) -> ClientOptions:
 # After the supervisor's drain timeout, a task that still has not stopped (stuck
 # in a long call that never reaches a check) gets this long before the process exits.
 _ORPHAN_EXIT_GRACE_S = 5.0
+# Longer than any call a task makes without a check: a provider call with all
+# its retries (4 attempts of at most 60 s, and the pauses between).
+DEFAULT_STUCK_AFTER_S = 300.0
 
 
 class Heartbeat(threading.Thread):
@@ -129,6 +133,8 @@ class Heartbeat(threading.Thread):
         lease_ms: int,
         info: dict[str, Any],
         link: SupervisorLink | None = None,
+        slots: int = 1,
+        stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     ) -> None:
         super().__init__(name="redfleet-heartbeat", daemon=True)
         self.state = state
@@ -142,68 +148,16 @@ class Heartbeat(threading.Thread):
         self.interval_s = lease_ms / 3 / 1000
         self.ttl_ms = max(int(self.interval_s * 3000), 3000)
         self.info = info
+        self.stuck_after_s = stuck_after_s
         self.client = sibling(state.client, heartbeat_options(lease_ms))
         # The process's one event log: what these scripts emit is mirrored with the rest.
         runner = Runner(self.client, state.events)
         self._tasks = TaskStore(runner, state.delivery)
         self._workers = WorkerRegistry(runner)
-        # Held by a renewal and by the owner's last write, never both: a renewal landing
-        # between that write and ``release`` would be refused as stale (a spurious fence).
-        self._write_lock = threading.Lock()
-        self._lease_lock = threading.Lock()  # claim, deadline and lost change together
-        self.claim: Claim | None = None
-        self.lost = threading.Event()
-        self.lost_reason = ""
-        self.worker_state = "idle"
-        self._deadline = 0.0  # monotonic: when our lease surely runs out
+        self.leases = [Lease(worker_id, lease_ms) for _ in range(slots)]
         self._stopping = threading.Event()
         self._reachable = True  # whether the last tick reached Redis (logged on change)
         self._orphaned_at: float | None = None
-
-    # -- called by the task loop ------------------------------------------------
-
-    def hold(self, claim: Claim, sent_at: float | None = None) -> None:
-        """Start renewing ``claim``, whose claim call was sent at monotonic ``sent_at``."""
-        with self._write_lock, self._lease_lock:
-            self.claim = claim
-            self.lost.clear()
-            self.lost_reason = ""
-            self._deadline = (time.monotonic() if sent_at is None else sent_at) + self.lease_s
-            self.worker_state = "busy"
-
-    def expired(self) -> bool:
-        """True once the lease held is lost: refused, or past its local deadline."""
-        with self._lease_lock:
-            claim = self.claim
-            overdue = (
-                claim is not None and not self.lost.is_set() and time.monotonic() > self._deadline
-            )
-        if overdue:
-            self._lose(claim, "the lease ran out before it could be renewed")
-        return self.lost.is_set()
-
-    def check(self) -> None:
-        """Raise LeaseLost once the lease is lost."""
-        if self.expired():
-            raise LeaseLost(self.lost_reason)
-
-    def settle(self, write: Callable[[], T]) -> T:
-        """Run the owner's last write with renewals held off, then stop renewing.
-
-        Refused with LeaseLost, unsent, once the lease is lost.
-        """
-        with self._write_lock:
-            try:
-                self.check()
-                return write()
-            finally:
-                with self._lease_lock:
-                    self.claim = None
-
-    def release(self) -> None:
-        with self._write_lock, self._lease_lock:
-            self.claim = None
-            self.worker_state = "idle"
 
     def stop(self) -> None:
         self._stopping.set()
@@ -222,9 +176,12 @@ class Heartbeat(threading.Thread):
     def tick(self) -> None:
         if self.link is not None and not self.link.signal_alive():
             self._supervisor_gone()
-        self.expired()  # an overdue lease is lost now, whether or not Redis answers below
+        for lease in self.leases:
+            lease.expired()  # an overdue lease is lost now, whether or not Redis answers below
+            lease.give_up_if_stuck(self.stuck_after_s)
         try:
-            self.renew()
+            for lease in self.leases:
+                lease.renew(self._tasks)
             self.beat()
             self.flush()
         except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
@@ -241,33 +198,18 @@ class Heartbeat(threading.Thread):
             log.info("heartbeat.redis_back", worker=self.worker_id)
         self._reachable = True
 
-    def renew(self) -> None:
-        if not self._write_lock.acquire(blocking=False):
-            return  # the owner is making its last write: the claim ends with it
-        try:
-            claim = self.claim
-            if claim is None or self.expired():
-                return
-            sent_at = time.monotonic()
-            try:
-                self._tasks.renew(claim, self.lease_ms)
-            except (Fenced, JobFinished, NotFound) as exc:
-                self._lose(claim, str(exc))
-                return
-            with self._lease_lock:
-                if self.claim is claim and not self.lost.is_set():
-                    self._deadline = sent_at + self.lease_s
-        finally:
-            self._write_lock.release()
-
     def beat(self) -> None:
-        claim = self.claim
+        held = [claim for lease in self.leases if (claim := lease.claim) is not None]
+        first = held[0] if held else None
         fields = {
             **self.info,
             "role": self.role.value,
-            "state": self.worker_state,
-            "task_id": claim.task_id if claim else "",
-            "job_id": claim.job_id if claim else "",
+            "state": "busy" if held else "idle",
+            "slots": len(self.leases),
+            "busy": len(held),
+            "tasks": " ".join(f"{c.job_id}/{c.task_id}" for c in held),
+            "task_id": first.task_id if first else "",
+            "job_id": first.job_id if first else "",
         }
         self._workers.beat(self.worker_id, self.ttl_ms, fields)
 
@@ -285,15 +227,6 @@ class Heartbeat(threading.Thread):
             events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
             raise
 
-    def _lose(self, claim: Claim | None, reason: str) -> None:
-        with self._lease_lock:
-            if claim is None or self.claim is not claim or self.lost.is_set():
-                return
-            self.lost_reason = reason
-            self.lost.set()
-            self.claim = None
-        log.warning("lease.lost", worker=self.worker_id, task_id=claim.task_id, reason=reason)
-
     def _supervisor_gone(self) -> None:
         assert self.link is not None
         if self._orphaned_at is None:
@@ -304,7 +237,8 @@ class Heartbeat(threading.Thread):
             return
         orphaned_s = time.monotonic() - self._orphaned_at
         if orphaned_s > self.link.drain_s:
-            self._lose(self.claim, "supervisor gone and the task outlasted its drain timeout")
+            for lease in self.leases:
+                lease.lose(lease.claim, "supervisor gone and the task outlasted its drain timeout")
         if orphaned_s > self.link.drain_s + max(_ORPHAN_EXIT_GRACE_S, self.lease_s):
             # The task thread is stuck where no check is reached, and nobody is left
             # to kill this process: it goes itself (its lease is already given up).

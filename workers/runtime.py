@@ -1,38 +1,40 @@
-"""The worker process: an RQ worker on one role queue, and the task loop.
+"""The worker process: task slots on one role queue, and the task loop.
 
 RQ delivers envelopes; ``execute(job_id, task_id)`` is the whole envelope.
 Each execution claims the task first (Lua compare-and-set) and does nothing
 unless the claim succeeds, so a duplicate delivery ends quietly. While the
 task runs, the heartbeat thread renews its lease; every write carries the
 fencing token, and none is started once the lease is lost (refused, or past
-its local deadline: see ``heartbeat``). A job of scenario ``agents`` runs the
+its local deadline: see ``lease``). A job of scenario ``agents`` runs the
 roles with the worker's model provider; the other scenarios are scripted
 behaviours. One queue per worker keeps RQ on its atomic BLMOVE dequeue path;
 RQ's own job timeout is off (the lease decides what is lost).
 
-Three Redis clients, each with socket timeouts, keepalive and health checks:
-the task loop's (the ``State`` given, retrying through a restart), the
-heartbeat's (a third of the lease, no retries) and RQ's own — RQ raises the
-socket timeout of the client it is given to fit its blocking dequeue, which
-must never apply to the task's calls; with ``worker_ttl`` 35 s that is 30 s.
+A process runs ``concurrency`` tasks at once, one per slot (``slots``): each
+slot is an RQ worker in a thread of its own, with its own lease
+(``lease.Lease``); the slots share the process's heartbeat thread,
+tokenizer, provider HTTP client and Redis connection pool, and a fair share
+(``fair_share``) keeps one job's fan-out from taking every slot while other
+jobs wait. An exception in one slot's task fails that task only.
 
-Stopping: SIGTERM, SIGINT and SIGHUP all drain (finish the task, deregister,
-exit 0); a second SIGTERM or SIGINT is RQ's cold stop. A worker started by
-``redfleet up`` also drains when its supervisor dies — PR_SET_PDEATHSIG sends
-it SIGHUP on Linux, and the heartbeat notices the lost parent everywhere —
-and gives its task up if it still runs after the supervisor's drain timeout.
+Redis clients, each with socket timeouts, keepalive and health checks: the
+task loop's (the ``State`` given, retrying through a restart, shared by the
+slots), the heartbeat's (a third of the lease, no retries) and one per slot
+for RQ — RQ raises the socket timeout of the client it is given to fit its
+blocking dequeue, which must never apply to the task's calls.
 
-Riding out Redis: RQ's dequeue retries connection errors itself; any other
-end of RQ's work loop that no stop asked for (a Redis timeout, an error its
-bookkeeping could not survive) is followed by waiting until Redis answers
-(pinging at pauses from 0.5 s doubling to 5 s) and a fresh RQ loop in the
-same process under the same worker id — no exit, so no restart storm.
+Stopping: SIGTERM, SIGINT and SIGHUP all drain (every slot finishes its
+task, then the worker deregisters and exits 0); a second SIGTERM or SIGINT
+is a cold stop (exit at once; the tasks' leases run out and the reaper
+hands them on). A worker started by ``redfleet up`` also drains when its
+supervisor dies — PR_SET_PDEATHSIG sends it SIGHUP on Linux, and the
+heartbeat notices the lost parent everywhere — and gives its tasks up if
+they still run after the supervisor's drain timeout.
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import secrets
 import signal
@@ -44,13 +46,9 @@ from types import FrameType
 
 import redis
 import structlog
-from rq import SimpleWorker
-from rq.exceptions import StopRequested
-from rq.job import Job
-from rq.queue import Queue
-from rq.serializers import JSONSerializer
 
 from shared_state import (
+    Envelope,
     Fenced,
     JobFinished,
     NotFound,
@@ -60,28 +58,22 @@ from shared_state import (
     StateError,
     queue_name,
 )
-from shared_state.client import ClientOptions, sibling
 
-from . import roles, scenarios
+from . import roles, scenarios, slots
 from .errors import LeaseLost, NotInWorker
-from .heartbeat import Heartbeat, SupervisorLink
+from .fair_share import FairShare
+from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
+from .lease import Lease
 from .llm import ProviderChoice
 from .task_run import TaskRun
 
 log = structlog.get_logger("redfleet.worker")
 
 _runtime: WorkerRuntime | None = None
+_slot = threading.local()  # .lease: the Lease of the slot whose thread this is
 
-# RQ blocks in its dequeue for worker_ttl - 15 s and raises its client's socket
-# timeout to worker_ttl - 5 s: 35 keeps a silent connection noticed within 30 s.
-_RQ_WORKER_TTL_S = 35
-# RQ's client retries a dropped connection; a longer outage ends RQ's loop and
-# the worker's own loop (``_serve``) waits it out.
-_RQ_CLIENT = ClientOptions(socket_timeout_s=_RQ_WORKER_TTL_S - 5, retries=3)
-_PROBE = ClientOptions(socket_timeout_s=2.0, connect_timeout_s=2.0, retries=0)
-_RESUME_FIRST_S = 0.5
-_RESUME_CAP_S = 5.0
-_STEADY_S = 30.0  # an RQ loop that ran this long was no quick failure: the pause starts over
+# How often the main thread looks at its slots while it waits for them to end.
+_WATCH_S = 0.5
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -89,9 +81,10 @@ PR_SET_DUMPABLE = 4
 
 def execute(job_id: str, task_id: str) -> None:
     """RQ entry point for one delivery."""
-    if _runtime is None:
-        raise NotInWorker("execute() runs inside a redfleet worker process")
-    _runtime.run_task(job_id, task_id)
+    lease: Lease | None = getattr(_slot, "lease", None)
+    if _runtime is None or lease is None:
+        raise NotInWorker("execute() runs inside a task slot of a redfleet worker process")
+    _runtime.run_task(job_id, task_id, lease)
 
 
 def new_worker_id(role: Role) -> str:
@@ -108,6 +101,8 @@ class WorkerRuntime:
         worker_id: str,
         provider: ProviderChoice | None = None,
         link: SupervisorLink | None = None,
+        concurrency: int = 1,
+        stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     ) -> None:
         self.state = state
         self.role = role
@@ -121,9 +116,21 @@ class WorkerRuntime:
             lease_ms=lease_ms,
             info={"pid": os.getpid(), "host": socket.gethostname()},
             link=link,
+            slots=concurrency,
+            stuck_after_s=stuck_after_s,
         )
+        self.fair = FairShare(state.delivery, role, concurrency)
 
-    def run_task(self, job_id: str, task_id: str) -> None:
+    def run_task(self, job_id: str, task_id: str, lease: Lease) -> None:
+        if self.fair.yields(job_id):
+            # The task stays queued and unclaimed; its fresh envelope waits at the back.
+            self.state.delivery.send([Envelope(job_id, task_id, self.role)])
+            log.info("delivery.yielded", job_id=job_id, task_id=task_id, share=self.fair.share)
+            return
+        with self.fair.running(job_id):
+            self._run(job_id, task_id, lease)
+
+    def _run(self, job_id: str, task_id: str, lease: Lease) -> None:
         sent_at = time.monotonic()  # the lease runs from here at the latest
         try:
             claimed = self.state.tasks.claim(job_id, task_id, self.worker_id, self.lease_ms)
@@ -133,8 +140,8 @@ class WorkerRuntime:
         if claimed is None:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id)
             return
-        self.heartbeat.hold(claimed.claim, sent_at)
-        run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, self.heartbeat)
+        lease.hold(claimed.claim, sent_at)
+        run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, lease)
         try:
             if claimed.job.scenario is Scenario.AGENTS:
                 roles.run(run, self.provider, self.worker_id)
@@ -152,65 +159,19 @@ class WorkerRuntime:
             except (LeaseLost, Fenced, JobFinished) as gone:
                 log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(gone))
         finally:
-            self.heartbeat.release()
-
-
-class _RQWorker(SimpleWorker):
-    """RQ's in-process worker, as a redfleet worker needs it.
-
-    SIGHUP drains like SIGTERM; ``stopping`` tells the worker's own loop that a
-    stop was asked for, ``drained`` that a burst found the queue empty —
-    anything else that ends ``work`` is a failure to ride out.
-    """
-
-    # RQ doubles its pause between failed dequeues up to 60 s: after an outage it
-    # would sleep on long after Redis is back.
-    max_connection_wait_time = _RESUME_CAP_S
-
-    def __init__(self, *args: object, stop: threading.Event, **kwargs: object) -> None:
-        self.stopping = stop
-        self.drained = False
-        super().__init__(*args, **kwargs)
-
-    def _install_signal_handlers(self) -> None:
-        super()._install_signal_handlers()
-        signal.signal(signal.SIGHUP, self.request_stop)
-        if self.stopping.is_set():
-            self._stop_requested = True  # asked for while the loop started, under our handler
-
-    def request_stop(self, signum: int, frame: FrameType | None) -> None:
-        self.stopping.set()
-        if self._shutdown_requested_date is not None:
-            return  # a repeated hangup (PR_SET_PDEATHSIG, then the heartbeat's) changes nothing
-        super().request_stop(signum, frame)
-
-    def set_shutdown_requested_date(self) -> None:
-        # Not written: RQ writes it from the signal handler, in the middle of a task,
-        # where a call stalled by a partition would freeze the task and an error would
-        # surface in its code. Only `rq info` shows it.
-        pass
-
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Job, Queue] | None:
-        found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-        self.drained = found is None  # only a burst (or an idle limit) comes back empty
-        return found
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            # register_death fails while Redis is away and skips the unsubscribe:
-            # without this every resumed loop would leave a pubsub thread behind.
-            if self.pubsub_thread is not None:
-                self.pubsub_thread.stop()
+            lease.release()
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
-    """Outside RQ's work loop (starting, waiting for Redis) a stop signal only sets ``stop``."""
+    """SIGTERM, SIGINT and SIGHUP ask for a drain; a second SIGTERM or SIGINT for a cold stop.
 
-    def handler(_signum: int, _frame: FrameType | None) -> None:
+    A repeated hangup (PR_SET_PDEATHSIG, then the heartbeat's) changes nothing.
+    """
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set() and signum != signal.SIGHUP:
+            log.warning("worker.cold_stop", signal=signal.Signals(signum).name)
+            raise SystemExit(1)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -250,8 +211,10 @@ def run_worker(
     lease_ms: int,
     burst: bool = False,
     provider: ProviderChoice | None = None,
+    concurrency: int = 1,
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
 ) -> None:
-    """Serve one role queue until stopped (SIGTERM/SIGINT/SIGHUP: finish the task, then exit)."""
+    """Serve one role queue with ``concurrency`` slots until a signal (drain, then exit)."""
     global _runtime
     _hide_environment()
     stop = threading.Event()
@@ -262,11 +225,17 @@ def run_worker(
         return
     worker_id = new_worker_id(role)
     runtime = _runtime = WorkerRuntime(
-        state, role=role, lease_ms=lease_ms, worker_id=worker_id, provider=provider, link=link
+        state,
+        role=role,
+        lease_ms=lease_ms,
+        worker_id=worker_id,
+        provider=provider,
+        link=link,
+        concurrency=concurrency,
+        stuck_after_s=stuck_after_s,
     )
     runtime.heartbeat.tick()
     runtime.heartbeat.start()
-    rq_client = sibling(state.client, _RQ_CLIENT)
     try:
         state.delivery.register_queues()  # `rq info` lists the role queues before any job
     except (redis.RedisError, StateError) as exc:
@@ -277,75 +246,73 @@ def run_worker(
         worker=worker_id,
         role=role.value,
         queue=queue_name(role),
+        slots=concurrency,
         provider=runtime.provider.describe(),
     )
+    threads = [
+        threading.Thread(
+            target=_slot_main,
+            args=(state, runtime.heartbeat.leases[i], slots.slot_name(worker_id, i), role, stop),
+            kwargs={"burst": burst, "commands": i == 0},
+            name=f"redfleet-slot-{i}",
+            daemon=True,  # a cold stop leaves them: their leases run out
+        )
+        for i in range(concurrency)
+    ]
     try:
-        _serve(role, worker_id, rq_client, stop, burst=burst)
+        for thread in threads:
+            thread.start()
+        _watch(state, worker_id, threads, stop)
     finally:
         runtime.heartbeat.stop()
         _runtime = None
-        rq_client.close()
         _record(state, "worker.stopped", worker_id, role, deregister=True)
         log.info("worker.stopped", worker=worker_id)
 
 
-def _serve(
-    role: Role, worker_id: str, client: redis.Redis, stop: threading.Event, *, burst: bool
+def _slot_main(
+    state: State,
+    lease: Lease,
+    name: str,
+    role: Role,
+    stop: threading.Event,
+    *,
+    burst: bool,
+    commands: bool,
 ) -> None:
-    """Run RQ's work loop until a stop is asked for or a burst empties the queue.
-
-    A loop that ends otherwise (RQ logs why) runs again once Redis answers, as
-    a fresh RQ worker: RQ refuses a second birth under one name while the
-    first was never recorded dead. The pause before it grows while loops keep
-    ending quickly, so a fault that persists is no busy loop.
-    """
-    probe = sibling(client, _PROBE)
-    pause = _RESUME_FIRST_S
+    """One slot's thread: its RQ loop, started again if it ever breaks (the others go on)."""
+    _slot.lease = lease
+    client = slots.slot_client(state.client, name)
     try:
-        for generation in itertools.count():
-            if stop.is_set():
-                return
-            started = time.monotonic()
-            rq_worker = None
-            error = "RQ's work loop ended"
+        while True:
             try:
-                rq_worker = _RQWorker(
-                    [queue_name(role)],
-                    name=f"{worker_id}.{generation}" if generation else worker_id,
-                    connection=client,
-                    serializer=JSONSerializer,
-                    worker_ttl=_RQ_WORKER_TTL_S,
-                    stop=stop,
-                )
-                rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                error = str(exc)
-            except StopRequested:
-                pass  # a stop signal in the instant after RQ's loop: ``stop`` is set
-            finally:
-                _stop_on_signals(stop)  # RQ's handlers belong to a worker that is done
-            if stop.is_set() or (rq_worker is not None and rq_worker.drained):
+                slots.serve(name, queue_name(role), client, stop, burst=burst, commands=commands)
                 return
-            if time.monotonic() - started > _STEADY_S:
-                pause = _RESUME_FIRST_S
-            log.warning("worker.rq_loop_ended", worker=worker_id, error=error, resume_in_s=pause)
-            if not _await_redis(probe, stop, pause):
-                return
-            log.info("worker.resumed", worker=worker_id, generation=generation + 1)
-            pause = min(pause * 2, _RESUME_CAP_S)
+            except Exception:
+                log.exception("worker.slot_crashed", worker=name)
+                if stop.wait(slots.RESTART_PAUSE_S):
+                    return
     finally:
-        probe.close()
+        client.close()
 
 
-def _await_redis(probe: redis.Redis, stop: threading.Event, pause: float) -> bool:
-    """Wait until Redis answers (True) or a stop is asked for (False), at growing pauses."""
-    while not stop.wait(pause):
+def _watch(
+    state: State, worker_id: str, threads: list[threading.Thread], stop: threading.Event
+) -> None:
+    """Wait in the main thread (where signals arrive) until every slot has ended.
+
+    Once a stop is asked for, idle slots are woken from their blocking dequeue
+    (again each turn: a slot may have been between two dequeues).
+    """
+    while alive := [t for t in threads if t.is_alive()]:
+        if not stop.is_set():
+            stop.wait(_WATCH_S)
+            continue
         try:
-            probe.ping()
-            return True
-        except redis.RedisError:
-            pause = min(pause * 2, _RESUME_CAP_S)
-    return False
+            slots.unblock(state.client, worker_id)
+        except (redis.RedisError, StateError) as exc:
+            log.info("worker.unblock_failed", worker=worker_id, error=str(exc))
+        alive[0].join(_WATCH_S)
 
 
 def _record(

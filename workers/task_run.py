@@ -3,13 +3,13 @@
 It holds the claim (and so the fencing token) and exposes only fenced
 operations: every write goes through the state layer's scripts with the
 token. The writes that end the claim (complete, spawn, fail) are settled
-with the heartbeat, so that a renewal never races the owner's last write,
+with the slot's lease, so that a renewal never races the owner's last write,
 and are not even sent once the lease is lost; the writes a task makes as it
 goes (checkpoints, journal, workspace) are fenced by the same token and come
 after a ``check``.
 
 ``check`` raises LeaseLost once the lease is lost: refused by Redis, or past
-its local deadline (see ``heartbeat``) — a worker cut off from Redis stops at
+its local deadline (see ``lease``) — a worker cut off from Redis stops at
 lease expiry, whatever its heartbeat thread is blocked in.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from shared_state import Child, Claim, Job, State, Task
 
-from .heartbeat import Heartbeat
+from .lease import Lease
 
 
 @dataclass
@@ -30,22 +30,22 @@ class TaskRun:
     job: Job
     task: Task
     claim: Claim
-    heartbeat: Heartbeat
+    lease: Lease
 
     def check(self) -> None:
         """Raise LeaseLost if this worker no longer owns the task."""
-        self.heartbeat.check()
+        self.lease.check()
 
     def work_for(self, seconds: float) -> None:
         """Simulated work of a scripted behaviour, checking the lease as it goes."""
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
             self.check()
-            self.heartbeat.lost.wait(min(left, 0.1))
+            self.lease.lost.wait(min(left, 0.1))
         self.check()
 
     def complete(self, result: str = "") -> None:
-        done = self.heartbeat.settle(
+        done = self.lease.settle(
             lambda: self.state.tasks.complete(self.claim, self.task.parent_id, result)
         )
         if done.job_finished:
@@ -56,12 +56,12 @@ class TaskRun:
         self, stage: str, children: Sequence[Child], *, journal: tuple[str, str] = ("", "")
     ) -> list[str]:
         """Spawn children and wait for them without holding this worker."""
-        return self.heartbeat.settle(
+        return self.lease.settle(
             lambda: self.state.tasks.spawn(self.claim, stage, children, journal=journal)
         )
 
     def fail(self, reason: str, *, retryable: bool = True) -> str:
-        outcome = self.heartbeat.settle(
+        outcome = self.lease.settle(
             lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable)
         )
         if outcome == "dead":  # and with it the job
@@ -70,7 +70,7 @@ class TaskRun:
 
     def block(self, question: str, *, approval_for: str) -> None:
         """Park the task for a person (its job is blocked); it resumes at this stage."""
-        self.heartbeat.settle(
+        self.lease.settle(
             lambda: self.state.tasks.block(
                 self.claim, question, approval_for=approval_for, stage=self.task.stage
             )

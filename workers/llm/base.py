@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,24 @@ class RetryPolicy:
 
 RETRYABLE = (httpx.TransportError,)
 
+_shared: httpx.Client | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_client() -> httpx.Client:
+    """The process's one HTTP client: every task slot's model calls share its connection pool.
+
+    Thread-safe (httpx's pool is); kept-alive connections spare each call a new
+    TCP and TLS handshake. Timeouts are set per request (``RetryPolicy``).
+    """
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = httpx.Client(
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
+            )
+        return _shared
+
 
 @dataclass
 class HttpJson:
@@ -84,25 +103,21 @@ class HttpJson:
     client: httpx.Client | None = None
 
     def post(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        client = self.client or httpx.Client(timeout=self.retry.timeout_s)
+        client = self.client or shared_client()
         last = ""
-        try:
-            for attempt in range(1, self.retry.attempts + 1):
-                try:
-                    resp = client.post(url, json=payload, headers=headers)
-                except RETRYABLE as exc:
-                    last, retry_after = f"{type(exc).__name__}: {exc}", None
-                else:
-                    if resp.status_code == 200:
-                        return resp.json()
-                    self._raise_final(resp)
-                    last = f"HTTP {resp.status_code}"
-                    retry_after = resp.headers.get("retry-after")
-                if attempt < self.retry.attempts:
-                    self.sleep(self.retry.delay(attempt, retry_after))
-        finally:
-            if self.client is None:
-                client.close()
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                resp = client.post(url, json=payload, headers=headers, timeout=self.retry.timeout_s)
+            except RETRYABLE as exc:
+                last, retry_after = f"{type(exc).__name__}: {exc}", None
+            else:
+                if resp.status_code == 200:
+                    return resp.json()
+                self._raise_final(resp)
+                last = f"HTTP {resp.status_code}"
+                retry_after = resp.headers.get("retry-after")
+            if attempt < self.retry.attempts:
+                self.sleep(self.retry.delay(attempt, retry_after))
         raise ProviderUnavailable(
             f"{self.provider}: no answer from {url} after {self.retry.attempts} attempts ({last})"
         )

@@ -3,7 +3,8 @@
 Set with ``redfleet up --provider ... --model ... --base-url ...`` (or the
 ``REDFLEET_PROVIDER``, ``REDFLEET_MODEL``, ``REDFLEET_BASE_URL`` and
 ``REDFLEET_SCRIPT`` variables); API keys come from ``OPENAI_API_KEY`` and
-``ANTHROPIC_API_KEY``. Each task gets its own provider instance.
+``ANTHROPIC_API_KEY``. Each task gets its own provider instance; all of a
+process's share one HTTP client (``base.shared_client``).
 
 ``--summary-model`` (``REDFLEET_SUMMARY_MODEL``) names a second, cheaper model
 of the same provider for summaries (compactions); without one, no model is

@@ -1,0 +1,100 @@
+"""Who may read the dashboard: anyone on loopback, only token holders elsewhere.
+
+The dashboard shows goals, model output and worker hosts, so a server that
+other machines can reach asks for a token (``--token`` or
+``REDFLEET_DASHBOARD_TOKEN``) and refuses to start without one. A request
+carries it as ``Authorization: Bearer TOKEN`` (scripts, Prometheus), or once
+as ``?token=TOKEN``: the reply sets it as an HttpOnly cookie and redirects to
+the same address without it, so the token leaves the address bar and the
+browser history, and the page's own requests carry the cookie. Tokens are
+compared in constant time and never logged (the server's access log is off:
+it would print ``?token=``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.datastructures import URL
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import CoordinatorError
+
+COOKIE = "redfleet_dashboard"
+QUERY = "token"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (a name other than localhost is not)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def require_token(host: str, token: str | None) -> None:
+    """CoordinatorError naming the option when ``host`` is not loopback and no token is set."""
+    if token is None and not is_loopback(host):
+        raise CoordinatorError(
+            f"--token: the dashboard on {host} is reachable from other machines and needs a "
+            "token; pass --token TOKEN or set REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
+        )
+
+
+class TokenGate:
+    """ASGI middleware: a request without the token gets 401; ``?token=`` becomes a cookie."""
+
+    def __init__(self, app: ASGIApp, *, token: str) -> None:
+        if not token:
+            raise CoordinatorError("--token: must not be empty")
+        self.app = app
+        self._token = token.encode()
+
+    def _matches(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+        offered = [v for k, v in query if k == QUERY]
+        if self._carried(headers):
+            await self.app(scope, receive, send)
+            return
+        if offered and self._matches(offered[-1]):
+            response = self._set_cookie(scope, [(k, v) for k, v in query if k != QUERY])
+        else:
+            response = JSONResponse(
+                {"error": "a token is needed: Authorization: Bearer TOKEN, or ?token=TOKEN once"},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="redfleet"'},
+            )
+        await response(scope, receive, send)
+
+    def _carried(self, headers: dict[str, str]) -> bool:
+        """Whether the request carries the token as a bearer or in the cookie."""
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and self._matches(bearer.strip()):
+            return True
+        cookie = SimpleCookie(headers.get("cookie", "")).get(COOKIE)
+        return cookie is not None and self._matches(cookie.value)
+
+    def _set_cookie(self, scope: Scope, rest: list[tuple[str, str]]) -> Response:
+        target = URL(scope=scope).replace(query=urlencode(rest))
+        response = RedirectResponse(f"{target.path}?{target.query}" if rest else target.path, 303)
+        response.set_cookie(
+            COOKIE,
+            self._token.decode(),
+            httponly=True,
+            samesite="strict",
+            secure=scope.get("scheme") == "https",
+        )
+        return response

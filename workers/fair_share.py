@@ -1,0 +1,59 @@
+"""A fair share of a worker process's slots between jobs.
+
+The role queue is first in, first out: a job that fans out to a hundred
+coders would hold every slot of every process until its last coder started,
+while the next job's tasks wait behind it. Here no job holds more than half
+of a process's slots (its *share*, at least one) while another job's task
+that is under its own share waits in the same queue: a slot that takes an
+envelope of a job already at its share sends that task to the back of the
+queue (a fresh envelope; the task stays queued and unclaimed) and takes the
+next one. It is work-conserving: with nobody else waiting, or everybody
+waiting already at their share, the task runs, so no slot idles for
+fairness' sake. Every process applies it to its own slots, so across the
+fleet one job gets at most half of each process's slots while others wait.
+
+Only the first ``PEEK`` envelopes of the queue are looked at (one LRANGE,
+done only when the job is at its share).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shared_state import Delivery, Role
+
+PEEK = 1000
+
+
+class FairShare:
+    def __init__(self, delivery: Delivery, role: Role, slots: int) -> None:
+        self.delivery = delivery
+        self.role = role
+        self.share = max(1, slots // 2)
+        self._running: Counter[str] = Counter()  # job id -> slots of this process running it
+        self._lock = threading.Lock()
+
+    def yields(self, job_id: str) -> bool:
+        """True when a task of ``job_id`` should give its slot to another job's waiting task."""
+        with self._lock:
+            if self._running[job_id] < self.share:
+                return False
+            running = dict(self._running)
+        waiting = self.delivery.waiting_jobs(self.role, PEEK)
+        return any(other != job_id and running.get(other, 0) < self.share for other in waiting)
+
+    @contextmanager
+    def running(self, job_id: str) -> Iterator[None]:
+        """Count a slot as running ``job_id`` for as long as the block runs."""
+        with self._lock:
+            self._running[job_id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[job_id] -= 1
+                if not self._running[job_id]:
+                    del self._running[job_id]

@@ -1,0 +1,222 @@
+"""Task slots: the RQ workers of one worker process, one per slot, each in its own thread.
+
+A worker process runs ``--concurrency`` slots. Each slot is a whole RQ
+worker — its own registration (``<worker id>/<slot>``, so `rq info` lists
+every slot, busy or idle), its own blocking dequeue on the role queue (RQ's
+atomic BLMOVE path: one envelope to one slot) and its own Redis client —
+running RQ's work loop in a thread. Threads, not processes or asyncio: a
+task spends nearly all its time waiting on a model over HTTP, and threads
+share the process's tokenizer, provider client and connection pools while
+the code of a task stays the synchronous code it is (see the README,
+"Concurrency", for the measurements).
+
+Signals belong to the process's main thread (``runtime``): a slot installs
+no handlers and is stopped through ``stop``. A slot waiting in its dequeue
+is woken by ``unblock`` (CLIENT UNBLOCK on the connections named after the
+process's slots), so a drain does not wait out RQ's dequeue timeout. Only
+slot 0 subscribes to RQ's command channel: `rq`'s commands address a
+worker by name, and one listener per process is enough.
+
+Riding out Redis: RQ's dequeue retries connection errors itself; any other
+end of RQ's work loop that no stop asked for (a Redis timeout, an error its
+bookkeeping could not survive) is followed by waiting until Redis answers
+(pinging at pauses from 0.5 s doubling to 5 s) and a fresh RQ loop for the
+slot — no exit, so no restart storm, and the other slots go on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import redis
+import structlog
+from rq import SimpleWorker
+from rq.exceptions import StopRequested
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from rq.timeouts import BaseDeathPenalty
+
+from shared_state.client import ClientOptions, sibling
+
+log = structlog.get_logger("redfleet.worker")
+
+# RQ blocks in its dequeue for worker_ttl - 15 s and raises its client's socket
+# timeout to worker_ttl - 5 s: 35 keeps a silent connection noticed within 30 s.
+RQ_WORKER_TTL_S = 35
+# RQ's client retries a dropped connection; a longer outage ends RQ's loop and
+# the slot's own loop (``serve``) waits it out.
+RQ_CLIENT = ClientOptions(socket_timeout_s=RQ_WORKER_TTL_S - 5, retries=3)
+_PROBE = ClientOptions(socket_timeout_s=2.0, connect_timeout_s=2.0, retries=0)
+_RESUME_FIRST_S = 0.5
+_RESUME_CAP_S = 5.0
+_STEADY_S = 30.0  # an RQ loop that ran this long was no quick failure: the pause starts over
+RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
+_BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
+
+
+class _LeaseDecides(BaseDeathPenalty):
+    """No RQ job timeout: the lease decides when a task is lost.
+
+    RQ's default arms SIGALRM, which only the main thread may do.
+    """
+
+    def setup_death_penalty(self) -> None:
+        pass
+
+    def cancel_death_penalty(self) -> None:
+        pass
+
+
+def slot_name(worker_id: str, slot: int) -> str:
+    return f"{worker_id}/{slot}"
+
+
+class SlotWorker(SimpleWorker):
+    """RQ's in-process worker, run in a slot's thread.
+
+    ``stopping`` asks it to end after the task it runs (a warm stop);
+    ``drained`` tells that a burst found the queue empty — anything else that
+    ends ``work`` is a failure to ride out.
+    """
+
+    # RQ doubles its pause between failed dequeues up to 60 s: after an outage it
+    # would sleep on long after Redis is back.
+    max_connection_wait_time = _RESUME_CAP_S
+    death_penalty_class = _LeaseDecides
+
+    def __init__(
+        self, *args: object, stop: threading.Event, commands: bool, **kwargs: object
+    ) -> None:
+        self.stopping = stop
+        self.commands = commands
+        self.drained = False
+        super().__init__(*args, **kwargs)
+
+    def _install_signal_handlers(self) -> None:
+        pass  # signals reach the main thread only (``runtime``), which sets ``stopping``
+
+    def subscribe(self) -> None:
+        if self.commands:
+            super().subscribe()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        # Called at the top of every turn of RQ's loop: where it looks for a stop.
+        if self.stopping.is_set():
+            self._stop_requested = True
+        super().check_for_suspension(burst)
+
+    def set_shutdown_requested_date(self) -> None:
+        # Not written: RQ writes it from the signal handler, in the middle of a task,
+        # where a call stalled by a partition would freeze the task and an error would
+        # surface in its code. Only `rq info` shows it.
+        pass
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        if self.stopping.is_set():
+            raise StopRequested()
+        try:
+            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        except redis.ResponseError as exc:
+            if "UNBLOCKED" in str(exc) and self.stopping.is_set():
+                raise StopRequested() from None  # woken by ``unblock``: the drain
+            raise
+        self.drained = found is None  # only a burst (or an idle limit) comes back empty
+        return found
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            # register_death fails while Redis is away and skips the unsubscribe:
+            # without this every resumed loop would leave a pubsub thread behind.
+            if self.pubsub_thread is not None:
+                self.pubsub_thread.stop()
+
+
+def serve(
+    name: str,
+    queue: str,
+    client: redis.Redis,
+    stop: threading.Event,
+    *,
+    burst: bool,
+    commands: bool,
+) -> None:
+    """Run one slot's RQ work loop until a stop is asked for or a burst empties the queue.
+
+    A loop that ends otherwise (RQ logs why) runs again once Redis answers, as
+    a fresh RQ worker: RQ refuses a second birth under one name while the
+    first was never recorded dead. The pause before it grows while loops keep
+    ending quickly, so a fault that persists is no busy loop.
+    """
+    probe = sibling(client, _PROBE)
+    pause = _RESUME_FIRST_S
+    try:
+        for generation in itertools.count():
+            if stop.is_set():
+                return
+            started = time.monotonic()
+            rq_worker = None
+            error = "RQ's work loop ended"
+            try:
+                rq_worker = SlotWorker(
+                    [queue],
+                    name=f"{name}.{generation}" if generation else name,
+                    connection=client,
+                    serializer=JSONSerializer,
+                    worker_ttl=RQ_WORKER_TTL_S,
+                    stop=stop,
+                    commands=commands,
+                )
+                rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                error = str(exc)
+            except StopRequested:
+                pass  # stopped before RQ's loop was entered: ``stop`` is set
+            if stop.is_set() or (rq_worker is not None and rq_worker.drained):
+                return
+            if time.monotonic() - started > _STEADY_S:
+                pause = _RESUME_FIRST_S
+            log.warning("worker.rq_loop_ended", worker=name, error=error, resume_in_s=pause)
+            if not _await_redis(probe, stop, pause):
+                return
+            log.info("worker.resumed", worker=name, generation=generation + 1)
+            pause = min(pause * 2, _RESUME_CAP_S)
+    finally:
+        probe.close()
+
+
+def _await_redis(probe: redis.Redis, stop: threading.Event, pause: float) -> bool:
+    """Wait until Redis answers (True) or a stop is asked for (False), at growing pauses."""
+    while not stop.wait(pause):
+        try:
+            probe.ping()
+            return True
+        except redis.RedisError:
+            pause = min(pause * 2, _RESUME_CAP_S)
+    return False
+
+
+def slot_client(client: redis.Redis, name: str) -> redis.Redis:
+    """The slot's own client, its connections named after the slot (for ``unblock``)."""
+    return sibling(client, RQ_CLIENT.with_(client_name=name))
+
+
+def unblock(client: redis.Redis, worker_id: str) -> int:
+    """Wake this process's slots waiting in a blocking dequeue; how many were woken.
+
+    CLIENT UNBLOCK ... ERROR makes the waiting BLMOVE fail at once with
+    UNBLOCKED, which a stopping slot takes for its stop. Best effort: a slot
+    not woken still ends at its dequeue timeout.
+    """
+    prefix = f"{worker_id}/"
+    woken = 0
+    for entry in client.client_list():
+        if entry.get("name", "").startswith(prefix) and entry.get("cmd") in _BLOCKING:
+            woken += int(client.client_unblock(int(entry["id"]), error=True))
+    return woken
