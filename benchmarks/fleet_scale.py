@@ -519,7 +519,12 @@ class LoadRun:
 
         live: dict[str, float] = {}
         lock = threading.Lock()
-        sampler = Sampler(sampling, lambda: list(live), int(a.memory_margin_gb * 2**30))
+
+        def live_ids() -> list[str]:
+            with lock:
+                return list(live)
+
+        sampler = Sampler(sampling, live_ids, int(a.memory_margin_gb * 2**30))
         pss = PssSweeper(fleet, sampler)
         sampler.start()
         pss.start()
@@ -545,7 +550,7 @@ class LoadRun:
                 submit()
             while len(outcomes) < total:
                 time.sleep(SAMPLE_S)
-                ids = list(live)
+                ids = live_ids()
                 pipe = poller.client.pipeline(transaction=False)
                 for job_id in ids:
                     pipe.hget(keys.job(job_id), "status")
