@@ -15,15 +15,19 @@ by side in one run, at increasing load, through two fleets:
 Each load gets a fresh keyspace (FLUSHALL) on one private redis-server on a
 free port, a fresh ``redfleet up`` (workers 1:8:1 planners:coders:reviewers,
 provider ``openai`` pointed at the loopback), and a closed loop of jobs:
-``ceil(slots / fanout)`` jobs in flight, each one replaced as it ends, until
-``--rounds`` times that many have ended. Every job has a unique goal (the
-loopback keys its replay per job and task). What each job does, from the
-scenario written to a temporary .json file: the planner writes one feature
-and dispatches ``--fanout`` coders (2 calls); each coder writes a module and
-its test with ``write_file`` and answers (3 calls); the planner dispatches
-the reviewer (1 call); the reviewer runs the feature's check — one pytest
-subprocess over the coders' test files — and submits its verdict (2 calls);
-the planner reports (1 call).
+``ceil(slots / (fanout x subagents))`` jobs in flight (enough for every slot
+at the job's widest), each one replaced as it ends, until ``--rounds`` times
+that many have ended. Every job has a unique goal (the loopback keys its
+replay per job and task). What each job does, from the scenario written to
+a temporary .json file: the planner writes one feature and dispatches
+``--fanout`` coders (2 calls); each coder spawns ``--subagents`` subagents
+(1 call; each subagent saves a note and answers, 2 calls), then, resumed
+with their summaries, writes a module and its test with ``write_file`` and
+answers (3 calls); the planner dispatches the reviewer (1 call); the
+reviewer runs the feature's check — one pytest subprocess over the coders'
+test files, ~1 s of CPU, which is why the fan-out is wide: one check per
+8 x 6 subagents keeps it from dominating — and submits its verdict (2
+calls); the planner reports (1 call).
 
 Measured per fleet and load (the harness's own Redis commands are counted
 on its clients and left out; the fleet's supervisor and the loopback are
@@ -60,7 +64,8 @@ A measurement, not a test: the exit code is 0 whatever it finds (2 for a
 usage error). Progress goes to stderr; ``--json`` prints one JSON document.
 
 Run:  .venv/bin/python benchmarks/fleet_scale.py [--json] [--quick] [--delay-s S]
-          [--loads-a 25,50,100] [--loads-b 10x5,10x20,10x50] [--fanout K] [--rounds R]
+          [--loads-a 25,50,100] [--loads-b 10x5,10x20,10x50] [--fanout K]
+          [--subagents M] [--rounds R]
 """
 
 from __future__ import annotations
@@ -111,8 +116,9 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-def scenario(fanout: int) -> dict[str, Any]:
-    """planner → ``fanout`` coders (3 calls each, two files) → reviewer (one pytest) → report."""
+def scenario(fanout: int, subagents: int) -> dict[str, Any]:
+    """planner → ``fanout`` coders (each: ``subagents`` subagents of 2 calls, then two files,
+    3 calls) → reviewer (one pytest run) → report."""
     coders = [f"c{i:02d}" for i in range(1, fanout + 1)]
     roles: dict[str, list[dict[str, Any]]] = {
         "planner": [
@@ -132,25 +138,46 @@ def scenario(fanout: int) -> dict[str, Any]:
         "planner/report": [{"text": f"{fanout} part modules written; F1's check passes."}],
     }  # fmt: skip
     for c in coders:
+        research = [f"{c}-research-{k}" for k in range(1, subagents + 1)]
+        for r in research:
+            roles[f"subagent.{r}"] = [
+                _call("save_note", title=f"{r} findings", content=f"What {r} found: nothing new."),
+                {"text": f"{r}: nothing blocks the part module; details in the saved note."},
+            ]
         module = f'"""Part {c}."""\n\n\ndef name() -> str:\n    return "{c}"\n'
         test = (
             f"from part_{c} import name\n\n\n"
             f'def test_part_{c}() -> None:\n    assert name() == "{c}"\n'
         )
-        roles[f"coder.{c}"] = [
+        writes = [
             _call("write_file", path=f"part_{c}.py", content=module),
             _call("write_file", path=f"test_part_{c}.py", content=test),
             {"text": f"Wrote part_{c}.py and test_part_{c}.py for F1."},
         ]
+        if research:
+            spawn = _call("spawn_subagents", agents=[
+                {"name": r, "brief": f"Research what part_{c}.py must not break."}
+                for r in research], summary_cap=300)  # fmt: skip
+            roles[f"coder.{c}"] = [spawn]
+            roles[f"coder.{c}/resume"] = writes
+        else:
+            roles[f"coder.{c}"] = writes
+    each = f"{subagents} subagents, then 2 files" if subagents else "2 files"
     return {
         "name": "fleet-scale",
-        "description": f"planner -> {fanout} coders (2 files each) -> reviewer (1 pytest run)",
+        "description": f"planner -> {fanout} coders ({each} each) -> reviewer (1 pytest run)",
         "roles": roles,
     }
 
 
-def calls_per_job(fanout: int) -> int:
-    return 2 + 3 * fanout + 1 + 2 + 1
+def calls_per_job(fanout: int, subagents: int) -> int:
+    coder = 3 + (1 + 2 * subagents if subagents else 0)
+    return 2 + coder * fanout + 1 + 2 + 1
+
+
+def wide(fanout: int, subagents: int) -> int:
+    """The most tasks of one job that run at once: its coders, or their subagents."""
+    return fanout * max(1, subagents)
 
 
 # -- counting the harness's own Redis commands ---------------------------------------------
@@ -210,8 +237,9 @@ class Loopback:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.http = httpx.Client(timeout=10)
 
-    def stats(self) -> dict[str, Any]:
-        return self.http.get(f"http://127.0.0.1:{self.port}/stats").json()
+    def stats(self, *, reset_max: bool = False) -> dict[str, Any]:
+        path = "/stats?reset-max" if reset_max else "/stats"
+        return self.http.get(f"http://127.0.0.1:{self.port}{path}").json()
 
     def cpu_s(self) -> float:
         t = psutil.Process(self.proc.pid).cpu_times()
@@ -505,10 +533,11 @@ class LoadRun:
 
     def _drive(self, fleet: Fleet, state: State, sampling: redis.Redis) -> None:
         a, load = self.args, self.load
-        in_flight = math.ceil(load.slots / a.fanout)
+        in_flight = math.ceil(load.slots / wide(a.fanout, a.subagents))
         total = in_flight * a.rounds
         workers = fleet.workers()
-        cpu0, calls0, server_cpu0 = _cpu(workers), self.loopback.stats(), self.loopback.cpu_s()
+        cpu0, calls0 = _cpu(workers), self.loopback.stats(reset_max=True)
+        server_cpu0 = self.loopback.cpu_s()
         sup0 = psutil.Process(fleet.proc.pid).cpu_times()
         info0 = sampling.info("stats")["total_commands_processed"]
         stats0 = sampling.info("commandstats")
@@ -531,7 +560,7 @@ class LoadRun:
         outcomes: dict[str, str] = {}
         submitted = 0
         started = time.monotonic()
-        timeout = max(180.0, a.rounds * a.delay_s * calls_per_job(a.fanout) * 3)
+        timeout = max(240.0, a.rounds * a.delay_s * 20 * 3)  # ~20 calls deep, 3x slack
 
         def submit() -> None:
             nonlocal submitted
@@ -599,7 +628,11 @@ class LoadRun:
 
         # -- what the job records say ---------------------------------------------------
         runs, tasks, ended_tasks, model_events, requeued = [], 0, 0, 0, 0
-        for job_id in outcomes:
+        reasons: Counter[str] = Counter()
+        for job_id, status in outcomes.items():
+            if status != "succeeded":
+                reason = poller.client.hget(keys.job(job_id), "reason") or b""
+                reasons[reason.decode(errors="replace")[:160]] += 1
             task_list = poller.tasks.list(job_id)
             tasks += len(task_list)
             ended_tasks += sum(t.status.value in ("succeeded", "dead") for t in task_list)
@@ -679,6 +712,7 @@ class LoadRun:
                 "worker_deaths": died,
                 "tasks_requeued": requeued,
                 "scripts_rerun": calls1["scripts_rerun"] - calls0["scripts_rerun"],
+                "failed_job_reasons": dict(reasons.most_common(5)),
             },
             calls={
                 "answered": calls,
@@ -768,8 +802,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "concurrent_fleet": "available" if concurrent else
         f"not available: this checkout's `redfleet up` has no {CONCURRENCY_FLAG}",
-        "job": scenario(args.fanout)["description"],
-        "calls_per_job": calls_per_job(args.fanout),
+        "job": scenario(args.fanout, args.subagents)["description"],
+        "calls_per_job": calls_per_job(args.fanout, args.subagents),
         "loads": [],
     }  # fmt: skip
     if not concurrent:
@@ -777,7 +811,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="redfleet-fleet-scale-") as tmp:
         folder = Path(tmp)
         scenario_path = folder / "fleet-scale.json"
-        scenario_path.write_text(json.dumps(scenario(args.fanout), indent=1))
+        scenario_path.write_text(json.dumps(scenario(args.fanout, args.subagents), indent=1))
         server = RedisServer().start()
         loopback = None
         try:
@@ -1017,10 +1051,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="coders a job's planner dispatches (default 8)",
     )
     parser.add_argument(
+        "--subagents",
+        type=int,
+        choices=range(7),
+        default=None,
+        metavar="0..6",
+        help="subagents each coder spawns before writing (default 6; --quick 1)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=None,
-        help="jobs per load: rounds x ceil(slots / fanout) (default 3)",
+        help="jobs per load: rounds x ceil(slots / (fanout x subagents)) (default 3)",
     )
     parser.add_argument("--lease-ms", type=int, default=10_000, help="the fleets' lease")
     parser.add_argument("--memory-margin-gb", type=float, default=2.0,
@@ -1032,6 +1074,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "loads_a": (4,) if quick else (25, 50, 100),
         "loads_b": ((4, 2),) if quick else ((10, 5), (10, 20), (10, 50)),
         "fanout": 2 if quick else 8,
+        "subagents": 1 if quick else 6,
         "rounds": 1 if quick else 3,
     }
     for name, value in defaults.items():

@@ -19,7 +19,8 @@ lost under load) starts its script again, as the in-process ``scripted``
 provider does, and its journal settles what the first run did. Scenarios
 here use no ``$ref:`` arguments, which is what makes precomputed answers exact.
 
-``GET /stats`` answers the counts as JSON: calls answered, calls in flight
+``GET /stats`` answers the counts as JSON (``/stats?reset-max`` then starts
+the maximum in flight again): calls answered, calls in flight
 now and at most, calls refused (a task with no script, or past its last step:
 HTTP 400, which the worker's provider does not retry), answers by key, and
 scripts started again (a job's task run again from its first step).
@@ -153,8 +154,10 @@ class SlowServer:
                 }
                 body = await reader.readexactly(int(headers.get("content-length", 0)))
                 method, path = request_line.split(" ")[:2]
-                if method == "GET" and path == "/stats":
+                if method == "GET" and path.startswith("/stats"):
                     writer.write(_response(200, json.dumps(self.stats()).encode()))
+                    if path.endswith("?reset-max"):  # the next load's maximum starts now
+                        self.max_in_flight = self.in_flight
                 elif method == "POST" and path.endswith("/chat/completions"):
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
