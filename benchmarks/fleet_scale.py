@@ -8,12 +8,14 @@ by side in one run, at increasing load, through two fleets:
   (a) today's fleet: ``redfleet up`` with one task per worker process
       (loads of 25, 50, 100 processes: one process per agent);
   (b) the concurrent fleet: ``redfleet up --concurrency N``, worker processes
-      with N task slots each (loads of 10 processes x 5, 20, 50 slots). It is
-      run only when this checkout's ``redfleet up`` has the flag; otherwise
-      the table says it was not available.
+      with N task slots each (loads of 12 processes x 5, 20, 50 slots: 1
+      planner, 10 coders and 1 reviewer, so the top load has 500 coder
+      slots). It is run only when this checkout's ``redfleet up`` has the
+      flag; otherwise the table says it was not available.
 
 Each load gets a fresh keyspace (FLUSHALL) on one private redis-server on a
-free port, a fresh ``redfleet up`` (workers 1:8:1 planners:coders:reviewers,
+free port, a fresh ``redfleet up`` (one planner and one reviewer process per
+ten processes, at least one each, the rest coders;
 provider ``openai`` pointed at the loopback), and a closed loop of jobs:
 ``ceil(slots / (fanout x subagents))`` jobs in flight (enough for every slot
 at the job's widest), each one replaced as it ends, until ``--rounds`` times
@@ -64,7 +66,7 @@ A measurement, not a test: the exit code is 0 whatever it finds (2 for a
 usage error). Progress goes to stderr; ``--json`` prints one JSON document.
 
 Run:  .venv/bin/python benchmarks/fleet_scale.py [--json] [--quick] [--delay-s S]
-          [--loads-a 25,50,100] [--loads-b 10x5,10x20,10x50] [--fanout K]
+          [--loads-a 25,50,100] [--loads-b 12x5,12x20,12x50] [--fanout K]
           [--subagents M] [--rounds R]
 """
 
@@ -268,7 +270,7 @@ class Load:
 
     @property
     def layout(self) -> tuple[int, int, int]:
-        """Planners, coders, reviewers: 1:8:1, at least one of each."""
+        """Planners, coders, reviewers: one planner and one reviewer per ten processes."""
         edge = max(1, round(self.processes / 10))
         return edge, max(1, self.processes - 2 * edge), edge
 
@@ -1040,7 +1042,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--loads-b",
         type=_grid,
         default=None,
-        help="fleet (b) loads: PROCESSESxSLOTS (default 10x5,10x20,10x50)",
+        help="fleet (b) loads: PROCESSESxSLOTS (default 12x5,12x20,12x50)",
     )
     parser.add_argument(
         "--fanout",
@@ -1072,7 +1074,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = {
         "delay_s": 0.3 if quick else 2.0,
         "loads_a": (4,) if quick else (25, 50, 100),
-        "loads_b": ((4, 2),) if quick else ((10, 5), (10, 20), (10, 50)),
+        "loads_b": ((4, 2),) if quick else ((12, 5), (12, 20), (12, 50)),
         "fanout": 2 if quick else 8,
         "subagents": 1 if quick else 6,
         "rounds": 1 if quick else 3,
