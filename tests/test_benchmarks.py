@@ -95,3 +95,45 @@ def test_memory_eval_quick_run_holds_its_checks() -> None:
     (interrupted,) = doc["interrupted"]["jobs"]
     assert interrupted["killed"] and interrupted["status"] == "succeeded"
     assert doc["interrupted"]["duplicated_effects"] == 0
+
+
+def test_fleet_scale_quick_run_measures_fleet_a_and_accounts_for_every_call() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet_scale.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    (a, *rest) = doc["loads"]
+    assert a["fleet"] == "a" and a["slots_per_process"] == 1
+    assert all(r["fleet"] == "b" for r in rest)  # only when `up` has --concurrency
+    for load in doc["loads"]:
+        assert "stopped" not in load, load["stopped"]
+        assert load["jobs"]["succeeded"] == load["jobs"]["submitted"] > 0
+        # Every call the loopback answered is one the workers recorded, none refused.
+        assert load["calls"]["answered"] == load["calls"]["model_called_events"] > 0
+        assert load["calls"]["refused"] == 0
+        assert load["calls"]["answered"] == load["jobs"]["submitted"] * doc["calls_per_job"]
+        assert 1 <= load["running"]["peak_sampled"] <= load["slots"]
+        assert load["running"]["peak_from_events"] <= load["slots"]
+        assert load["memory"]["pss_total_mb"] > 0 and load["cpu"]["worker_s"] > 0
+        assert load["throughput"]["tasks_per_s"] > 0 and load["redis"]["per_task"] > 0
+        assert load["orphans"] == [] and load["fleet_exit"]["exit_code"] == 0
+    assert {"running_tasks", "mb_per_agent", "throughput_share"} <= set(doc["goals"])
+    assert all(isinstance(doc["goals"][g]["met"], bool) for g in GOAL_NAMES)
+
+
+GOAL_NAMES = ("running_tasks", "mb_per_agent", "throughput_share")
+
+
+def test_fleet_scale_refuses_a_load_without_slots_as_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet_scale.py"), "--loads-b", "10x0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "PROCESSESxSLOTS" in proc.stderr
