@@ -5,13 +5,12 @@ OpenAI-compatible server in its own process that answers every call after
 ``--delay-s`` (default 2 s) with the next step of a scripted scenario — side
 by side in one run, at increasing load, through two fleets:
 
-  (a) today's fleet: ``redfleet up`` with one task per worker process
+  (a) the one-task-per-process fleet: ``redfleet up --concurrency 1``
       (loads of 25, 50, 100 processes: one process per agent);
   (b) the concurrent fleet: ``redfleet up --concurrency N``, worker processes
       with N task slots each (loads of 12 processes x 5, 20, 50 slots: 1
       planner, 10 coders and 1 reviewer, so the top load has 500 coder
-      slots). It is run only when this checkout's ``redfleet up`` has the
-      flag; otherwise the table says it was not available.
+      slots).
 
 Each load gets a fresh keyspace (FLUSHALL) on one private redis-server on a
 free port, a fresh ``redfleet up`` (one planner and one reviewer process per
@@ -212,14 +211,6 @@ def counted_client(url: str, label: str) -> redis.Redis:
 # -- the rig: Redis, the loopback, one fleet ---------------------------------------------------
 
 
-def concurrency_available() -> bool:
-    proc = subprocess.run(
-        [sys.executable, "-P", "-m", "coordinator", "up", "--help"],
-        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60,
-    )  # fmt: skip
-    return CONCURRENCY_FLAG in proc.stdout
-
-
 class Loopback:
     """``slow_openai.py`` in its own process."""
 
@@ -297,8 +288,8 @@ class Fleet:
             "--lease-ms", str(lease_ms), "--provider", "openai", "--model", "bench",
             "--base-url", loopback.base_url,
         ]  # fmt: skip
-        if load.slots_each > 1:
-            command += [CONCURRENCY_FLAG, str(load.slots_each)]
+        # Always given: today's fleet is --concurrency 1, not the default.
+        command += [CONCURRENCY_FLAG, str(load.slots_each)]
         self.out_path = folder / f"fleet-{load.fleet}-{load.slots}.json"
         self.log_path = folder / f"fleet-{load.fleet}-{load.slots}.log"
         with self.out_path.open("wb") as out, self.log_path.open("wb") as log:
@@ -792,24 +783,16 @@ def _progress(console: Console, text: str) -> None:
     console.print(text, highlight=False, markup=False)
 
 
-def plan_loads(args: argparse.Namespace, concurrent: bool) -> list[Load]:
-    loads = [Load("a", n, 1) for n in args.loads_a]
-    if concurrent:
-        loads += [Load("b", p, s) for p, s in args.loads_b]
-    return loads
+def plan_loads(args: argparse.Namespace) -> list[Load]:
+    return [Load("a", n, 1) for n in args.loads_a] + [Load("b", p, s) for p, s in args.loads_b]
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    concurrent = concurrency_available()
     doc: dict[str, Any] = {
-        "concurrent_fleet": "available" if concurrent else
-        f"not available: this checkout's `redfleet up` has no {CONCURRENCY_FLAG}",
         "job": scenario(args.fanout, args.subagents)["description"],
         "calls_per_job": calls_per_job(args.fanout, args.subagents),
         "loads": [],
-    }  # fmt: skip
-    if not concurrent:
-        _progress(console, f"fleet (b): {doc['concurrent_fleet']}; running fleet (a) only")
+    }
     with tempfile.TemporaryDirectory(prefix="redfleet-fleet-scale-") as tmp:
         folder = Path(tmp)
         scenario_path = folder / "fleet-scale.json"
@@ -824,7 +807,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             with contextlib.closing(redis.Redis.from_url(server.url)) as c:
                 c.config_set("maxclients", 10_000)
             mb = {"a": FIRST_GUESS_MB, "b": FIRST_GUESS_MB}
-            for load in plan_loads(args, concurrent):
+            for load in plan_loads(args):
                 _progress(console, f"fleet ({load.fleet}) {load.label} slots: starting")
                 one = LoadRun(load, args, server.url, loopback, folder, console, mb[load.fleet])
                 result = one.run()
@@ -928,7 +911,6 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         )  # fmt: skip
     console.print(table)
     print_overheads(doc, console)
-    console.print(f"fleet (b): {doc['concurrent_fleet']}", highlight=False)
     ratio = doc["ratio_mb_per_agent_a_over_b"]
     console.print(
         f"per-agent memory (a) / (b): {ratio if ratio is not None else 'n/a (fleet (b) not run)'}"
