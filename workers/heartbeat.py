@@ -10,8 +10,9 @@ the retry), so one stalled call costs one tick, never the lease. Each tick
   answers, and notices when that supervisor is gone;
 - renews the lease of every task the worker's slots hold (``lease.Lease``),
   records the worker's heartbeat (slots, how many are busy, with which
-  tasks) and flushes the queued global-stream mirror entries; the first call
-  that fails ends the tick.
+  tasks) and flushes the queued global-stream mirror entries. A lost
+  connection ends the tick; any other error in one slot's renewal is that
+  slot's alone.
 
 A lease as this process sees it ends ``lease_ms`` after the last successful
 renewal was sent (see ``lease``); a lost one is never renewed again and its
