@@ -11,7 +11,7 @@ plain asyncio streams, one coroutine a connection, so 1,000 calls in flight
 cost a few MB and almost no CPU. Every answer's body is built once, at start.
 
 Which task is asking comes from the task header in the prompt (``TASK`` …
-``role``/``name``/``stage``/``kind``, as ``tests/loopback.py`` reads it), and
+``role``/``name``/``stage``/``kind``, read by ``workers.llm.scripted.replay_of``), and
 which step of its script from the run's own conversation: the assistant turns
 the prompt already holds. So the replay is per job AND task AND run, with no
 state shared between them: a run that is retried on another worker (a lease
@@ -37,26 +37,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-HEADER = "TASK\nrole:"
+from workers.llm.scripted import replay_of
 
 
 def script_key(messages: list[dict[str, Any]]) -> tuple[str, str]:
     """(the job's goal, the script key) of the task whose prompt this is."""
-    header = next(
-        m["content"]
-        for m in messages
-        if isinstance(m.get("content"), str) and HEADER in m["content"]
-    )
-    fields = dict(line.split(": ", 1) for line in header.splitlines() if ": " in line)
-    role, name, stage = fields["role"], fields["name"], fields["stage"].rpartition("/")[2]
-    stage = stage.split(".")[0]
-    if "kind" not in fields:
-        key = role  # the root task: the planner
-    elif fields["kind"] == "subagent":
-        key = f"subagent.{name}"
-    else:
-        key = f"{role}.{name}"
-    return fields.get("goal of the job", ""), key if stage == "start" else f"{key}/{stage}"
+    return replay_of([m["content"] for m in messages if isinstance(m.get("content"), str)])
 
 
 def completion(key: str, index: int, step: dict[str, Any]) -> bytes:

@@ -82,6 +82,7 @@ class ScriptedOpenAI:
     ):
         from workers.context import Message
         from workers.llm import ScriptedProvider
+        from workers.llm.scripted import replay_of
 
         self.faults = deque(faults)
         self.malformed = set(malformed)
@@ -93,16 +94,7 @@ class ScriptedOpenAI:
         replay = self
 
         def key_of(messages: list[dict[str, Any]]) -> str:
-            header = next(m["content"] for m in messages if "TASK\nrole:" in (m["content"] or ""))
-            fields = dict(line.split(": ", 1) for line in header.splitlines() if ": " in line)
-            role, name, stage = fields["role"], fields["name"], fields["stage"].split(".")[0]
-            if "kind" not in fields:
-                key = role  # the root task: the planner
-            elif fields["kind"] == "subagent":
-                key = f"subagent.{name}"
-            else:
-                key = f"{role}.{name}"
-            return key if stage == "start" else f"{key}/{stage}"
+            return replay_of([m["content"] or "" for m in messages])[1]
 
         def answer(body: dict[str, Any]) -> tuple[int, Any]:
             if hang and any(hang in (m.get("content") or "") for m in body["messages"]):

@@ -39,6 +39,29 @@ from ..context.tokens import tokenizer_for
 from ..errors import ScenarioExhausted
 from .base import ModelResponse, TokenUsage
 
+TASK_HEADER = "TASK\nrole:"  # how the header of a task's prompt begins (roles/task.py)
+
+
+def replay_of(texts: Sequence[str]) -> tuple[str, str]:
+    """(the job's goal, the script key) of the task whose prompt holds ``texts``.
+
+    What a server replaying a scenario over the wire needs (the tests' and
+    benchmarks' loopback models): the key ``AgentTask.script_key`` gives,
+    read back from the task header. StopIteration when no text holds one.
+    """
+    header = next(t for t in texts if TASK_HEADER in t)
+    fields = dict(line.split(": ", 1) for line in header.splitlines() if ": " in line)
+    role, name = fields["role"], fields["name"]
+    # "review.2" replays "review", and so does a resumed round's "r1/review.2".
+    stage = fields["stage"].rpartition("/")[2].split(".")[0]
+    if "kind" not in fields:
+        key = role  # the root task: the planner
+    elif fields["kind"] == "subagent":
+        key = f"subagent.{name}"
+    else:
+        key = f"{role}.{name}"
+    return fields.get("goal of the job", ""), key if stage == "start" else f"{key}/{stage}"
+
 
 class ScriptedCall(BaseModel):
     model_config = ConfigDict(frozen=True)
