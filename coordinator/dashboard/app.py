@@ -104,6 +104,8 @@ _STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
 def _after(request: Request) -> str | None:
     """The stream id a poll of events asks after (None: the first poll)."""
     given = request.query_params.get("after") or None
+    if given is not None and given.isdigit():
+        given += "-0"  # a bare time, as Redis reads it: "0" is the start of the stream
     if given is not None and not _STREAM_ID.fullmatch(given):
         raise HTTPException(400, f"after: a stream id like 1700000000000-0, not {given!r}")
     return given

@@ -42,8 +42,8 @@ def require_token(host: str, token: str | None) -> None:
     """CoordinatorError naming the option when ``host`` is not loopback and no token is set."""
     if token is None and not is_loopback(host):
         raise CoordinatorError(
-            f"--token: the dashboard on {host} is reachable from other machines and needs a "
-            "token; pass --token TOKEN or set REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
+            f"--token is needed off loopback: the dashboard on {host} is reachable from other "
+            "machines; pass --token TOKEN or set REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
         )
 
 

@@ -132,9 +132,14 @@ def artifact(state: State, job_id: str, artifact_id: str) -> dict[str, Any]:
 
 
 def workers(state: State) -> dict[str, Any]:
-    """Live heartbeats with every field they carry, live claims, and queue depths."""
+    """Live heartbeats with every field they carry, live claims, and queue depths.
+
+    The fields this version knows are typed as ``redfleet workers --json`` has
+    them; a newer worker's others are passed on as the strings they are.
+    """
+    known = {w.worker_id: views.workers_doc([w])[0] for w in state.workers.list()}
     return {
-        "workers": state.workers.records(),
+        "workers": [{**rec, **known.get(rec["worker_id"], {})} for rec in state.workers.records()],
         "claims": views.claims_doc(state),
         "queues": state.delivery.depths(),
     }
