@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from shared_state import Delivery, Role
 
@@ -36,24 +34,31 @@ class FairShare:
         self._running: Counter[str] = Counter()  # job id -> slots of this process running it
         self._lock = threading.Lock()
 
-    def yields(self, job_id: str) -> bool:
-        """True when a task of ``job_id`` should give its slot to another job's waiting task."""
+    def admit(self, job_id: str) -> bool:
+        """Count a slot as running ``job_id`` (True), or say it should yield (False).
+
+        Under its share a job is admitted at once, under the lock, so slots
+        taking a burst of one job's envelopes together cannot all slip in.
+        """
         with self._lock:
             if self._running[job_id] < self.share:
-                return False
+                self._running[job_id] += 1
+                return True
             running = dict(self._running)
         waiting = self.delivery.waiting_jobs(self.role, PEEK)
-        return any(other != job_id and running.get(other, 0) < self.share for other in waiting)
+        if any(other != job_id and running.get(other, 0) < self.share for other in waiting):
+            return False
+        self.enter(job_id)
+        return True
 
-    @contextmanager
-    def running(self, job_id: str) -> Iterator[None]:
-        """Count a slot as running ``job_id`` for as long as the block runs."""
+    def enter(self, job_id: str) -> None:
+        """Count a slot as running ``job_id`` (one that runs although it would yield)."""
         with self._lock:
             self._running[job_id] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running[job_id] -= 1
-                if not self._running[job_id]:
-                    del self._running[job_id]
+
+    def leave(self, job_id: str) -> None:
+        """The slot no longer runs ``job_id``."""
+        with self._lock:
+            self._running[job_id] -= 1
+            if not self._running[job_id]:
+                del self._running[job_id]

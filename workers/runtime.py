@@ -140,13 +140,18 @@ class WorkerRuntime:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id, why="held by a slot")
             return
         try:
-            if self.fair.yields(job_id) and self._still_queued(job_id, task_id):
-                # The task stays queued and unclaimed; its fresh envelope waits at the back.
-                self.state.delivery.send([Envelope(job_id, task_id, self.role)])
-                log.info("delivery.yielded", job_id=job_id, task_id=task_id, share=self.fair.share)
-                return
-            with self.fair.running(job_id):
+            if not self.fair.admit(job_id):
+                if self._still_queued(job_id, task_id):
+                    # The task stays queued and unclaimed; its fresh envelope waits at the back.
+                    self.state.delivery.send([Envelope(job_id, task_id, self.role)])
+                    log.info("delivery.yielded", job_id=job_id, task_id=task_id,
+                             share=self.fair.share)  # fmt: skip
+                    return
+                self.fair.enter(job_id)  # claimed or ended already: the claim will tell
+            try:
                 self._run(job_id, task_id, lease)
+            finally:
+                self.fair.leave(job_id)
         finally:
             with self._held_lock:
                 if self._held.get(key) is lease:  # not a later slot's, running it since
