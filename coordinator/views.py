@@ -209,7 +209,6 @@ def workers_doc(workers: Iterable[WorkerInfo]) -> list[dict[str, Any]]:
             "slots": w.slots,
             "busy": w.busy,
             "tasks": w.tasks.split(),  # "job_id/task_id" each
-            "task_id": w.task_id or None,
             "heartbeat_age_ms": w.heartbeat_age_ms,
         }
         for w in workers

@@ -195,6 +195,4 @@ class WorkerInfo(_Record):
     slots: int = 1  # tasks it runs at once (--concurrency)
     busy: int = 0  # slots holding a task now
     tasks: str = ""  # what they hold: "job_id/task_id", space-separated
-    task_id: str = ""  # the first of them
-    job_id: str = ""
     heartbeat_age_ms: int

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -113,11 +114,19 @@ def launching() -> Iterator[Callable[..., Up]]:
                     psutil.Process(pid).kill()
 
 
-def busy(state: State, job_id: str, role: Role) -> list[WorkerInfo]:
+@dataclass(frozen=True)
+class Held:
+    """A task a live worker holds, as its heartbeat says."""
+
+    worker_id: str
+    pid: int
+    task_id: str
+
+
+def busy(state: State, job_id: str, role: Role) -> list[Held]:
     """One entry per live claim a worker of ``role`` holds on the job's tasks.
 
-    A worker with several slots appears once per task it holds, its ``task_id``
-    set to that task's.
+    A worker with several slots appears once per task it holds.
     """
     found = []
     for w in state.workers.list():
@@ -129,5 +138,5 @@ def busy(state: State, job_id: str, role: Role) -> list[WorkerInfo]:
                 continue
             task = state.tasks.get(job_id, task_id)
             if task.status == TaskStatus.CLAIMED and task.owner == w.worker_id:
-                found.append(w.model_copy(update={"task_id": task_id}))
+                found.append(Held(w.worker_id, w.pid, task_id))
     return found

@@ -212,7 +212,6 @@ class Heartbeat(threading.Thread):
 
     def beat(self) -> None:
         held = [claim for lease in self.leases if (claim := lease.claim) is not None]
-        first = held[0] if held else None
         fields = {
             **self.info,
             "role": self.role.value,
@@ -220,8 +219,6 @@ class Heartbeat(threading.Thread):
             "slots": len(self.leases),
             "busy": len(held),
             "tasks": " ".join(f"{c.job_id}/{c.task_id}" for c in held),
-            "task_id": first.task_id if first else "",
-            "job_id": first.job_id if first else "",
         }
         self._workers.beat(self.worker_id, self.ttl_ms, fields)
 

@@ -436,16 +436,14 @@ function workersPage() {
   poll(async () => {
     const doc = await getJSON("/api/workers");
     // Fields a newer worker writes (slots, busy tasks) are shown as they come.
-    // task_id and job_id are only the first of "tasks": not shown twice.
     const extra = [...new Set(doc.workers.flatMap(Object.keys))]
-      .filter((k) => !WORKER_COLUMNS.includes(k) && !["task_id", "job_id"].includes(k)).sort();
+      .filter((k) => !WORKER_COLUMNS.includes(k)).sort();
     const columns = [...WORKER_COLUMNS, ...extra];
     document.querySelector("#workers thead tr").replaceChildren(
       ...columns.map((c) => el("th", {}, c === "heartbeat_age_ms" ? "heartbeat" : c)));
     fill(document.querySelector("#workers tbody"), doc.workers.map((w) =>
       el("tr", { "data-worker": w.worker_id }, ...columns.map((c) => {
         if (c === "heartbeat_age_ms") return el("td", { class: "num" }, `${(w[c] / 1000).toFixed(1)} s ago`);
-        if (c === "job_id" && w[c]) return el("td", {}, link(jobHref(w[c]), w[c]));
         if (c === "tasks") {  // "job_id/task_id" each: one link each
           return el("td", {}, ...(w[c] || []).flatMap((held) =>
             [link(jobHref(held.split("/")[0]), held), " "]));
