@@ -172,8 +172,10 @@ def test_a_fan_out_yields_slots_to_another_jobs_waiting_task(state: State, start
         if e.task_id in coders and _ms(e.id) < _ms(small_claimed)
     ]
     # First in, first out would start all eight first. With a share of half the slots the
-    # wide job's third envelope already goes to the back while the small job's coder waits.
-    assert len(before) <= SLOTS // 2, [e.task_id for e in before]
+    # small job's coder gets a slot of the first four: past its share the wide job is
+    # admitted only while no other job's task waits in the queue (the small one may
+    # already be on its way to a slot, between its dequeue and its claim).
+    assert len(before) <= SLOTS - 1, [e.task_id for e in before]
     _each_succeeded_once(state, wide.job_id)
 
 
