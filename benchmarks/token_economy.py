@@ -235,6 +235,31 @@ def windows(build_ms: list[float]) -> dict[str, float]:
     return {f"step_{k}": round(statistics.median(v), 3) for k, v in at.items() if len(v) >= 5}
 
 
+def floor(workload: Any, naive_input: int) -> dict[str, Any]:
+    """What no strategy that shows every result whole at least once can beat here.
+
+    A result is new in the call after it arrives: the previous call did not
+    hold it, so no prefix cache serves it. Its tokens are uncached input in
+    every such strategy, and so is the first call's system prompt. With U
+    those tokens, a cacheable share of at least c needs a total input of at
+    least U / (1 - c); a total of at most g times naive leaves a cacheable
+    share of at most 1 - U / (g * naive). Both goals together are reachable
+    only when the first bound is under the second's total.
+    """
+    tok = tokenizer_for()
+    unseen = tok.count(workload.system())
+    for step in range(1, workload.steps + 1):
+        unseen += sum(tok.count(m.content) for m in workload.messages(step) if m.is_tool_result)
+    least_input = unseen / (1 - GOALS["cacheable_share"])
+    allowed = GOALS["input_vs_naive"] * naive_input
+    return {
+        "uncached_tokens_at_least": unseen,
+        "input_vs_naive_at_least": round(least_input / naive_input, 4),
+        "cacheable_share_at_most": round(max(0.0, 1 - unseen / allowed), 4),
+        "goals_reachable_together": least_input <= allowed,
+    }
+
+
 def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[str, Any]:
     sink = MemoryArtifacts()
     strategy: ContextStrategy = make(sink)
@@ -295,6 +320,7 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         )
     return {
         **ledger.totals(),
+        "uncached_input_tokens": sum(c.input_tokens - c.cached_tokens for c in ledger.calls),
         "recall": round(verbatim / needed, 4) if needed else 0.0,
         "recall_via_handle": round(reachable_items / needed, 4) if needed else 0.0,
         "cleared_before_seen": cleared_unseen,
@@ -345,9 +371,18 @@ def run_workload(workload: Any, model: str, *, full: bool = True) -> dict[str, A
         for figures in results.values():
             figures.pop("step_build_ms")
     values, met = checks(results)
+    bound = floor(workload(), results["naive"]["total_input_tokens"])
+    # The floor is a claim about every strategy: check it against each one measured.
+    bound["strategies_under_it"] = [
+        name
+        for name, r in results.items()
+        if r["uncached_input_tokens"] < bound["uncached_tokens_at_least"]
+        and not (r["cut_before_seen"] or r["cleared_before_seen"])
+    ]
     return {
         "strategies": results,
         "redfleet_vs_goals": {"values": values, "goals": GOALS, "met": met},
+        "floor": bound,
     }
 
 
@@ -375,10 +410,23 @@ def table(title: str, doc: dict[str, Any], console: Console) -> None:
     console.print(grid)
     checked = doc["redfleet_vs_goals"]
     for name, ok in checked["met"].items():
-        value = checked["values"].get(name, "")
-        goal = GOALS.get(name, "")
         verdict = "[green]met[/]" if ok else "[red]missed[/]"
-        console.print(f"  redfleet {name}: {value} (goal {goal}) {verdict}")
+        if name in GOALS:
+            value, goal = checked["values"][name], GOALS[name]
+            console.print(f"  redfleet {name}: {value} (goal {goal}) {verdict}")
+        else:
+            console.print(f"  redfleet {name}: {verdict}")
+    bound = doc["floor"]
+    reach = "reachable" if bound["goals_reachable_together"] else "[red]not reachable[/]"
+    console.print(
+        "  floor, for any strategy that shows each result whole once: uncached input >= "
+        f"{bound['uncached_tokens_at_least']:,} tokens\n"
+        f"    so input >= {bound['input_vs_naive_at_least']} x naive at cacheable >= "
+        f"{GOALS['cacheable_share']}, and cacheable <= {bound['cacheable_share_at_most']} at "
+        f"input <= {GOALS['input_vs_naive']} x naive: the two goals are {reach} together"
+    )
+    if bound["strategies_under_it"]:
+        console.print(f"  [red]the floor is wrong: under it: {bound['strategies_under_it']}[/]")
 
 
 def main() -> None:

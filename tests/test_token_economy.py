@@ -22,6 +22,7 @@ FIELDS = {
     "kill_switch",
     "cost_usd",
     "build_ms",
+    "uncached_input_tokens",
 }
 
 
@@ -43,5 +44,13 @@ def test_token_economy_reports_every_strategy_on_both_workloads() -> None:
         assert ours["total_input_tokens"] < naive["total_input_tokens"]
         assert ours["cleared_before_seen"] == 0 and ours["orphans"] == 0
         assert ours["recall_via_handle"] == 1.0 and not ours["kill_switch"]
+        # The floor is a lower bound on the uncached input of every strategy shown
+        # each result whole: none measured here may be under it.
+        bound = doc[workload]["floor"]
+        assert bound["uncached_tokens_at_least"] > 0
+        assert bound["strategies_under_it"] == []
+        assert ours["total_input_tokens"] / naive["total_input_tokens"] >= (
+            bound["input_vs_naive_at_least"] if ours["cacheable_share"] >= 0.70 else 0
+        )
     assert len(doc["enrichment"]["strategies"]["redfleet"]["step_build_ms"]) == 35
     assert doc["enrichment"]["strategies"]["redfleet"]["recall"] == 1.0
