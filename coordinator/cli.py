@@ -243,8 +243,10 @@ def up(
     depths, workers): counted in Redis from every worker's events, so one
     `up` serving them covers the fleet on every machine.
 
-    When it stops it prints one line: attempts reaped and redelivered, workers
-    restarted and hung (--json: the counts as JSON).
+    It starts by saying on stderr what runs and on which Redis (REDIS_URL, or
+    the embedded server it started, with its password masked). When it stops
+    it prints one line: attempts reaped and redelivered, workers restarted
+    and hung (--json: the counts as JSON).
     """
     settings = Settings()
     logs.configure(settings.log_level)
@@ -266,6 +268,9 @@ def up(
         if spec.concurrency > 1:
             fleet_of += f" x {views.count(spec.concurrency, 'slot')}"
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
+        source = "REDIS_URL" if settings.redis_url else f"embedded server in {settings.home}"
+        where = one_line(redact(f"{url} ({source})"))
+        print(f"redfleet: Redis {where}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
         if metrics_port is not None:
             metrics.serve(state, metrics_port, metrics_host)

@@ -90,6 +90,7 @@ def test_up_burst_says_fleet_of_1_worker_and_prints_a_summary_line(state: State,
                "--concurrency", "1", url=redis_url)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "redfleet: fleet of 1 worker, provider scripted" in proc.stderr
+    assert f"redfleet: Redis {redis_url} (REDIS_URL)" in proc.stderr
     slotted = run("up", "--burst", "--planners", "1", "--coders", "2", "--reviewers", "0",
                   url=redis_url)  # fmt: skip
     assert "redfleet: fleet of 3 workers x 4 slots, provider scripted" in slotted.stderr
