@@ -51,18 +51,44 @@ class _LineLogger(structlog.WriteLogger):
     fatal = failure = err = error = critical = exception = msg
 
 
+def _chain() -> list[Any]:
+    """The processors every line passes, ours and a library's: level, time, traceback, redaction."""
+    return [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.dict_tracebacks,
+        redact_secrets,
+    ]
+
+
 def configure(level: str = "info") -> None:
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks,
-            redact_secrets,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[*_chain(), structlog.processors.JSONRenderer()],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
         logger_factory=lambda *_: _LineLogger(sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def route_stdlib(*names: str) -> None:
+    """Have these stdlib loggers (a library's: uvicorn's) write the same JSON lines as ours.
+
+    Their levels stay the library's to set; each record gets the logger's
+    name, and its message and traceback are redacted like any event.
+    """
+    handler = logging.StreamHandler(sys.stderr)  # one write per line, as _LineLogger
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *_chain()],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    for name in names:
+        library = logging.getLogger(name)
+        library.handlers = [handler]
+        library.propagate = False

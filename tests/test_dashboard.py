@@ -220,6 +220,13 @@ def test_the_command_serves_the_dashboard_on_the_embedded_settings_path(
         _, err = proc.communicate(timeout=30)
     assert f"dashboard on http://127.0.0.1:{port}/" in err
     assert SECRET not in err  # the token is never logged
+    # Every other line is the fleet's JSON, uvicorn's start and stop lines included.
+    lines = [json.loads(line) for line in err.splitlines() if not line.startswith("redfleet: ")]
+    served = [line for line in lines if line.get("logger") == "uvicorn.error"]
+    events = [line["event"] for line in served]
+    assert any(e.startswith("Started server process") for e in events), lines
+    assert any(e.startswith("Finished server process") for e in events), lines
+    assert all({"level", "timestamp"} <= set(line) for line in served)
 
 
 def test_a_port_in_use_is_a_one_line_error(redis_url: str) -> None:

@@ -12,6 +12,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from ..errors import CoordinatorError
+from ..logs import route_stdlib
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -28,7 +29,12 @@ def bind(host: str, port: int) -> socket.socket:
 def server(app: ASGIApp, *, log_level: str = "info") -> uvicorn.Server:
     """A uvicorn server for ``app``; run it with ``.run(sockets=[bind(...)])``.
 
-    The access log is off: a request's address may carry ``?token=``.
+    Its log lines are the fleet's JSON lines (``logs.route_stdlib``), not
+    uvicorn's own format. The access log is off: a request's address may
+    carry ``?token=``.
     """
-    config = uvicorn.Config(app, access_log=False, log_level=log_level, lifespan="off")
+    route_stdlib("uvicorn", "uvicorn.error")
+    config = uvicorn.Config(
+        app, access_log=False, log_level=log_level, log_config=None, lifespan="off"
+    )
     return uvicorn.Server(config)
