@@ -10,7 +10,10 @@ heartbeat thread) — is killed with SIGKILL and replaced, logged as
 ``fleet.worker_hung``: every worker writes a byte to its liveness pipe each
 heartbeat tick (a third of the lease) whether or not Redis answers, and one
 silent for ``hung_after_s`` (three leases, at least 5 s) is hung. A worker
-cut off from Redis still ticks, so a partition never gets it killed.
+cut off from Redis still ticks, so a partition never gets it killed. One
+still starting (no byte yet) has a 30 s grace, and after it is hung only if
+it has also used no CPU for ``hung_after_s``: a hundred workers importing on
+two cores are slow, not hung.
 
 SIGINT, SIGTERM or SIGHUP (a closed terminal) drains: each worker gets
 SIGTERM (finish the current task, then exit), and whatever is still running
@@ -49,7 +52,8 @@ _QUICK_DEATH_S = 2.0
 _HUNG_LEASES = 3  # a tick blocked in Redis calls delays the next byte by up to a lease
 _HUNG_FLOOR_S = 5.0
 # A worker starting (imports, the CLI's first connection, which retries through an
-# outage) writes its first byte late: silence counts only after this.
+# outage) writes its first byte late: silence counts only after this, and after it
+# only while the starting process also uses no CPU (see ``_Slot.starting``).
 _STARTUP_GRACE_S = 30.0
 
 
@@ -63,6 +67,7 @@ class FleetSpec:
     burst: bool = False
     reaper: bool = True
     worker_env: tuple[tuple[str, str], ...] = ()  # set for every worker (the provider's)
+    startup_grace_s: float = _STARTUP_GRACE_S
 
     def roles(self) -> list[Role]:
         return (
@@ -77,6 +82,16 @@ class FleetSpec:
         return max(_HUNG_LEASES * self.lease_ms / 1000, _HUNG_FLOOR_S)
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time a process has used, in clock ticks; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        return int(fields[11]) + int(fields[12])  # utime and stime: fields 14 and 15 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class _Slot:
     role: Role
@@ -84,6 +99,10 @@ class _Slot:
     liveness: int = -1  # the read end of the worker's liveness pipe
     started: float = 0.0
     heard_at: float = 0.0  # monotonic: the worker last wrote to its pipe (or the grace ends)
+    # No byte yet: still importing or connecting. Many workers starting at once on a
+    # few cores can take longer than any grace; one that uses CPU is not hung.
+    starting: bool = True
+    cpu_ticks: int = -1  # its CPU time (utime + stime) when last looked at, while starting
     quick_deaths: int = 0
     restart_at: float = 0.0
     restarts: int = 0
@@ -160,16 +179,26 @@ class Fleet:
             os.close(beat_end)  # the worker's now: ours would hide its EOF and EPIPE
         slot.liveness = liveness
         slot.started = time.monotonic()
-        slot.heard_at = slot.started + _STARTUP_GRACE_S
+        slot.heard_at = slot.started + self.spec.startup_grace_s
+        slot.starting, slot.cpu_ticks = True, -1
         log.info("fleet.worker_started", role=slot.role.value, pid=slot.process.pid)
 
     def _hung(self, slot: _Slot, now: float) -> bool:
-        """Read what the worker wrote to its liveness pipe; True if it has been silent too long."""
+        """Read what the worker wrote to its liveness pipe; True if it has been silent too long.
+
+        Before its first byte, a worker whose CPU time grew since the last look
+        counts as heard: it is still starting, not stopped or stuck.
+        """
         try:
             if os.read(slot.liveness, 4096):
-                slot.heard_at = now
+                slot.heard_at, slot.starting = now, False
         except BlockingIOError:
             pass  # nothing since the last look
+        if slot.starting and slot.process is not None:
+            ticks = _cpu_ticks(slot.process.pid)
+            if ticks is not None and ticks != slot.cpu_ticks:
+                slot.cpu_ticks = ticks
+                slot.heard_at = max(slot.heard_at, now)
         return now - slot.heard_at > self.spec.hung_after_s
 
     def _supervise(self, slot: _Slot) -> None:

@@ -97,3 +97,44 @@ def test_a_stopped_worker_is_killed_as_hung_and_replaced_and_its_task_succeeds_o
     wait_for(lambda: _succeeded(state, job.job_id), 60, "the job to succeed")
     assert len(ended()) == 1  # once, also after the rest of the job ran
     assert running.fleet.report.restarts == 1
+
+
+# Imported by every Python process started with this directory on PYTHONPATH: the worker
+# spends its start-up spinning (as many workers importing on a few cores do) or asleep.
+SLOW_START = """
+import os, time
+how = os.environ.pop("SLOW_START", "")
+if how == "spin":
+    end = time.monotonic() + 9
+    while time.monotonic() < end:
+        pass
+elif how == "sleep":
+    time.sleep(60)
+"""
+
+
+def test_a_worker_slow_to_start_is_hung_only_if_it_uses_no_cpu(
+    state: State, start_fleet, tmp_path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SLOW_START)
+
+    def fleet(how: str):
+        env = (("PYTHONPATH", str(tmp_path)), ("SLOW_START", how))
+        # A grace of 0.5 s and a bound of 5 s: the spinning start outlasts both.
+        return start_fleet(planners=1, coders=0, reviewers=0, lease_ms=1_000,
+                           startup_grace_s=0.5, worker_env=env)  # fmt: skip
+
+    busy_start = fleet("spin")
+    (planner,) = wait_for(
+        lambda: [w for w in state.workers.list() if w.role is Role.PLANNER], 60, "the planner"
+    )
+    assert busy_start.fleet.report.hung == 0 and busy_start.fleet.report.restarts == 0
+    assert planner.pid == busy_start.fleet.slots[0].process.pid
+    busy_start.stop()
+
+    asleep = fleet("sleep")
+    wait_for(
+        lambda: asleep.fleet.report.hung >= 1,
+        asleep.fleet.spec.hung_after_s + 20,
+        "the supervisor to kill the worker that sleeps through its start",
+    )
