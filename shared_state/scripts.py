@@ -163,6 +163,56 @@ class Runner:
         self.events.defer(job_id, result.events)
         return result
 
+    def run_many(
+        self, name: str, calls: list[tuple[str, list[str], list[Any]]]
+    ) -> list[ScriptResult | redis.ResponseError]:
+        """Script ``name`` once per (job_id, keys, args), all in one pipeline: one round trip.
+
+        For the heartbeat, whose renewals of many slots' leases must not cost a
+        round trip each. Each call's error reply (OOM, READONLY) is its own,
+        in its place in the list; a lost connection raises ConnectionFailed.
+        """
+        pending = self.events.take_batch()
+        try:
+            raws = self._call_many(name, calls, pending)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.events.defer_mirrored(pending)
+            raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
+        results: list[ScriptResult | redis.ResponseError] = []
+        for (job_id, _, _), raw in zip(calls, raws, strict=True):
+            if isinstance(raw, redis.ResponseError):
+                results.append(raw)
+                continue
+            result = ScriptResult.parse(raw)
+            self.events.defer(job_id, result.events)
+            results.append(result)
+        return results
+
+    def _call_many(
+        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
+    ) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        if pending:
+            self.events.queue_mirror(pipe, pending)
+        for _, keys, args in calls:
+            evalsha(pipe, name, keys, args)
+        replies = pipe.execute(raise_on_error=False)
+        if pending:
+            mirrored, *replies = replies
+            if isinstance(mirrored, Exception):
+                self.events.defer_mirrored(pending)  # as in ``_call``: the next flush retries
+        unrun = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+        if unrun:
+            # The server lost its script cache (restart, SCRIPT FLUSH): load, send those again.
+            load(self.client, name)
+            again = self.client.pipeline(transaction=False)
+            for i in unrun:
+                _, keys, args = calls[i]
+                evalsha(again, name, keys, args)
+            for i, reply in zip(unrun, again.execute(raise_on_error=False), strict=True):
+                replies[i] = reply
+        return replies
+
     def _call(self, name: str, keys: list[str], args: list[Any], pending: list) -> Any:
         if pending:
             pipe = self.client.pipeline(transaction=False)

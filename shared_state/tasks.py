@@ -148,6 +148,29 @@ class TaskStore:
         self._check(res, claim)
         return int(res.data["lease_until"])
 
+    def renew_many(self, claims: Sequence[Claim], lease_ms: int) -> list[int | StateError]:
+        """Extend every lease in one round trip; per claim, its new deadline or why not.
+
+        A refusal (fenced, the job finished, the task gone) or an error reply
+        is that claim's alone; a lost connection raises ConnectionFailed.
+        """
+        calls = [
+            (c.job_id, _task_keys(c.job_id, c.task_id)[:4], [c.token, lease_ms, c.owner])
+            for c in claims
+        ]
+        outcomes: list[int | StateError] = []
+        for claim, res in zip(claims, self.runner.run_many("renewLease", calls), strict=True):
+            if isinstance(res, Exception):
+                outcomes.append(StateError(f"renewing task {claim.task_id}: {res}"))
+                continue
+            try:
+                self._check(res, claim)
+            except StateError as exc:
+                outcomes.append(exc)
+                continue
+            outcomes.append(int(res.data["lease_until"]))
+        return outcomes
+
     def complete(self, claim: Claim, parent_id: str, result: str = "") -> Completion:
         parent_key = keys.task(claim.job_id, parent_id or claim.task_id)  # unused for a root
         res = self.runner.run(

@@ -19,6 +19,7 @@ from coordinator.fleet import Fleet, FleetSpec
 from shared_state import Event, RedisServer, ServerNotFound, State
 
 from .processes import Up, launching
+from .proxy import FaultProxy
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,21 @@ def redis_url(redis_server: RedisServer) -> str:
 def state(redis_url: str) -> Iterator[State]:
     st = State.connect(redis_url)
     st.client.flushall()
+    yield st
+    st.client.close()
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
+    """A fault-injecting loopback proxy in front of the test's Redis."""
+    with FaultProxy(redis_server.port) as px:
+        yield px
+
+
+@pytest.fixture
+def remote(proxy: FaultProxy, state: State) -> Iterator[State]:
+    """A State whose every command goes through the proxy (``state`` is direct)."""
+    st = State.connect(proxy.url)
     yield st
     st.client.close()
 

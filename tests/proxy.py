@@ -58,6 +58,7 @@ class FaultProxy:
         self._stopped = threading.Event()
         self._needles: list[bytes] = []
         self.dropped = 0  # replies lost so far
+        self.requests = 0  # reads of client bytes passed on: a round trip is one or more
         self._thread = threading.Thread(target=self._accept, name="fault-proxy", daemon=True)
 
     @property
@@ -153,6 +154,8 @@ class FaultProxy:
                 if not data:
                     break
                 if requests:
+                    with self._lock:
+                        self.requests += 1
                     if self._take_needle(tail + data):
                         pair.doomed = True
                     tail = data[-256:]

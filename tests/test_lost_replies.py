@@ -10,7 +10,6 @@ answer and no effect happens twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -38,20 +37,6 @@ from workers.heartbeat import Heartbeat
 from .conftest import events_named, wait_for
 from .helpers import job_with_children
 from .proxy import FaultProxy
-
-
-@pytest.fixture
-def proxy(redis_server) -> Iterator[FaultProxy]:
-    with FaultProxy(redis_server.port) as px:
-        yield px
-
-
-@pytest.fixture
-def remote(proxy: FaultProxy, state: State) -> Iterator[State]:
-    """A State whose every command goes through the proxy (``state`` is direct)."""
-    st = State.connect(proxy.url)
-    yield st
-    st.client.close()
 
 
 def lose_reply_to(proxy: FaultProxy, script: str) -> None:

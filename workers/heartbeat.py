@@ -8,9 +8,10 @@ the retry), so one stalled call costs one tick, never the lease. Each tick
 - tells the supervisor that started the process that it still makes progress
   (a byte on the liveness pipe, ``SupervisorLink``), whether or not Redis
   answers, and notices when that supervisor is gone;
-- renews the lease of every task the worker's slots hold (``lease.Lease``),
-  records the worker's heartbeat (slots, how many are busy, with which
-  tasks) and flushes the queued global-stream mirror entries. A lost
+- renews the lease of every task the worker's slots hold (``lease.Lease``)
+  in one pipeline, one round trip however many slots; records the worker's
+  heartbeat (slots, how many are busy, with which tasks) and flushes the
+  queued global-stream mirror entries. A lost
   connection ends the tick; any other error in one slot's renewal is that
   slot's alone.
 
@@ -45,13 +46,13 @@ from typing import Any
 import redis
 import structlog
 
-from shared_state import ConnectionFailed, State, TaskStore
+from shared_state import ConnectionFailed, State, StateError, TaskStore
 from shared_state.client import ClientOptions, sibling
 from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
 from shared_state.scripts import Runner
 
-from .lease import Lease
+from .lease import REFUSALS, Lease
 
 log = structlog.get_logger("redfleet.heartbeat")
 
@@ -181,8 +182,7 @@ class Heartbeat(threading.Thread):
             lease.expired()  # an overdue lease is lost now, whether or not Redis answers below
             lease.give_up_if_stuck(self.stuck_after_s)
         try:
-            for lease in self.leases:
-                self._renew(lease)
+            self._renew_all()
             self.beat()
             self.flush()
         except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
@@ -199,16 +199,25 @@ class Heartbeat(threading.Thread):
             log.info("heartbeat.redis_back", worker=self.worker_id)
         self._reachable = True
 
-    def _renew(self, lease: Lease) -> None:
-        """Renew one slot's lease; an error other than a lost connection is that slot's alone."""
+    def _renew_all(self) -> None:
+        """Renew every slot's claim in one round trip; a refusal or an error is that slot's alone.
+
+        One pipeline, so that a tick costs the same round trip with 1 slot or
+        1,000 (one call each would make a tick slots x RTT long).
+        """
+        held = [(lease, claim) for lease in self.leases if (claim := lease.renewing()) is not None]
+        if not held:
+            return
+        sent_at = time.monotonic()
+        outcomes: list[int | StateError] | list[None] = [None] * len(held)
         try:
-            lease.renew(self._tasks)
-        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError):
-            raise  # Redis is away: every later renewal would wait out its timeout too
-        except Exception as exc:
-            claim = lease.claim
-            log.warning("heartbeat.renew_failed", worker=self.worker_id,
-                        task_id=claim.task_id if claim else "", error=repr(exc))  # fmt: skip
+            outcomes = self._tasks.renew_many([claim for _, claim in held], self.lease_ms)
+        finally:  # a lost connection included: every slot's owner may write again
+            for (lease, claim), outcome in zip(held, outcomes, strict=True):
+                lease.renewed(claim, sent_at, outcome)
+                if isinstance(outcome, StateError) and not isinstance(outcome, REFUSALS):
+                    log.warning("heartbeat.renew_failed", worker=self.worker_id,
+                                task_id=claim.task_id, error=str(outcome))  # fmt: skip
 
     def beat(self) -> None:
         held = [claim for lease in self.leases if (claim := lease.claim) is not None]

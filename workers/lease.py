@@ -2,9 +2,9 @@
 
 A worker process runs up to ``--concurrency`` tasks at once, one per slot;
 each slot holds at most one claim at a time through its own ``Lease``. The
-process's heartbeat thread renews every lease held (``renew``); the slot's
-task loop asks ``check`` before each write and makes its last write through
-``settle``. Slots share nothing else of their leases: one lost, stuck or
+process's heartbeat thread renews every lease held (``renewing``, then
+``renewed``: all slots' in one round trip); the slot's task loop asks
+``check`` before each write and makes its last write through ``settle``. Slots share nothing else of their leases: one lost, stuck or
 crashed slot leaves the others' claims as they were.
 
 The lease ends ``lease_ms`` after the last successful renewal (or the
@@ -25,13 +25,16 @@ from typing import TypeVar
 
 import structlog
 
-from shared_state import Claim, Fenced, JobFinished, NotFound, TaskStore
+from shared_state import Claim, Fenced, JobFinished, NotFound
 
 from .errors import LeaseLost
 
 log = structlog.get_logger("redfleet.heartbeat")
 
 T = TypeVar("T")
+
+# What a renewal can be refused with: the lease is someone else's now, or nobody's.
+REFUSALS = (Fenced, JobFinished, NotFound)
 
 
 class Lease:
@@ -100,23 +103,33 @@ class Lease:
 
     # -- called by the heartbeat thread ----------------------------------------------------
 
-    def renew(self, tasks: TaskStore) -> None:
-        """Renew the claim held, if any; a refusal loses the lease. Connection errors propagate."""
+    def renewing(self) -> Claim | None:
+        """The claim to renew, its owner's last write held off until ``renewed``; None if none.
+
+        None too while the owner is making that write: the claim ends with it.
+        """
         if not self._write_lock.acquire(blocking=False):
-            return  # the owner is making its last write: the claim ends with it
+            return None
+        claim = self.claim
+        if claim is None or self.expired():
+            self._write_lock.release()
+            return None
+        return claim
+
+    def renewed(self, claim: Claim, sent_at: float, outcome: int | Exception | None) -> None:
+        """The renewal of ``claim`` sent at monotonic ``sent_at`` is over; let the owner write.
+
+        ``outcome``: the new deadline (Redis time) if it was granted, the
+        refusal or error reply if not, None if no reply came. A refusal loses
+        the lease; a grant moves the local deadline on.
+        """
         try:
-            claim = self.claim
-            if claim is None or self.expired():
-                return
-            sent_at = time.monotonic()
-            try:
-                tasks.renew(claim, self.lease_ms)
-            except (Fenced, JobFinished, NotFound) as exc:
-                self.lose(claim, str(exc))
-                return
-            with self._lease_lock:
-                if self.claim is claim and not self.lost.is_set():
-                    self._deadline = sent_at + self.lease_s
+            if isinstance(outcome, REFUSALS):
+                self.lose(claim, str(outcome))
+            elif isinstance(outcome, int):
+                with self._lease_lock:
+                    if self.claim is claim and not self.lost.is_set():
+                        self._deadline = sent_at + self.lease_s
         finally:
             self._write_lock.release()
 
