@@ -88,13 +88,16 @@ class Progress:
     tokens: int  # input + output tokens of every model call so far
     cost_usd: float
     blocked: dict[str, str] = field(default_factory=dict)  # task id -> its question
+    # The planner waits for its children: ``stage`` is the one it resumes at, not one running.
+    stage_next: bool = False
 
     def line(self) -> str:
         """One line for people (``one_line`` it before printing: the stage is a worker's)."""
         running = ", ".join(f"{role} {n}" for role, n in self.running.items()) or "none"
         line = (
             f"job {self.job_id} {self.status}: {self.done}/{self.total} tasks done, "
-            f"stage {self.stage}, running {running}, {self.tokens} tokens, "
+            f"{'next stage' if self.stage_next else 'stage'} {self.stage}, "
+            f"running {running}, {self.tokens} tokens, "
             f"${self.cost_usd:.4f}"
         )
         for task_id, question in self.blocked.items():
@@ -241,6 +244,7 @@ class Client:
             tokens=usage.input_tokens + usage.output_tokens,
             cost_usd=usage.cost_usd,
             blocked={t.task_id: t.question for t in tasks if t.status is TaskStatus.BLOCKED},
+            stage_next=root is not None and root.status is TaskStatus.WAITING,
         )
 
     def artifacts(self, job_id: str) -> list[ArtifactRef]:

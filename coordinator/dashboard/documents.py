@@ -38,6 +38,7 @@ def jobs(state: State, *, status: JobStatus | None, limit: int) -> dict[str, Any
                 "done": progress.done,
                 "total": progress.total,
                 "stage": progress.stage,
+                "stage_next": progress.stage_next,
                 "tokens": progress.tokens,
                 "cost_usd": progress.cost_usd,
                 "created_ms": job.created_ms,

@@ -116,7 +116,10 @@ function jobsPage() {
           el("td", {}, link(jobHref(job.job_id), job.job_id)),
           el("td", {}, status(job.status)),
           el("td", { class: "num" }, `${job.done}/${job.total}`),
-          el("td", {}, job.stage),
+          job.stage_next
+            ? el("td", { title: "the planner waits for its tasks, then runs this stage" },
+                `next: ${job.stage}`)
+            : el("td", {}, job.stage),
           el("td", { class: "num" }, job.tokens),
           el("td", { class: "num" }, usd(job.cost_usd)),
           el("td", { class: "num", title: `ran ${age(end - job.created_ms)}` },
