@@ -22,6 +22,7 @@ from shared_state.memory import (
     SourceKind,
 )
 from shared_state.memory.items import ItemKind, age_text
+from shared_state.memory.quotes import MIN_QUOTE_CHARS
 
 from . import views
 from .api import operator
@@ -228,35 +229,55 @@ def forget(
     user: Annotated[
         str, typer.Option("--user", help="Forget all of this user's memory instead.")
     ] = "",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would go; remove and redact nothing.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete items and everything derived from them; prints what was removed.
 
     Derived means promoted copies, episodes and items that quote it, and, in
     the tenant's job records, transcripts, working states and events that
-    quoted it are redacted. What was forgotten cannot be written back by a
-    worker (it may by you, with `memory add`).
+    quoted it are redacted. A quote is the whole text (or an identifier in
+    it, such as ACCT-7Q2X9) standing on its own, never inside a longer word;
+    a text under 12 characters is not looked for (it cannot be told from the
+    same letters elsewhere): such an item is listed as not searched. What
+    was forgotten cannot be written back by a worker (it may by you, with
+    `memory add`). Try --dry-run first.
     """
     if bool(item_ids) == bool(user):
         raise CoordinatorError("give ITEM_ID... or --user, one of the two")
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
         ctx = _context(tenant)
-        report = store.forget_user(ctx, user) if user else store.forget(ctx, item_ids or [])
+        report = (
+            store.forget_user(ctx, user, dry_run=dry_run)
+            if user
+            else store.forget(ctx, item_ids or [], dry_run=dry_run)
+        )
     if as_json:
         views.print_json(
             {
+                "dry_run": report.dry_run,
                 "removed": [r.__dict__ for r in report.removed],
                 "redacted": report.redacted,
+                "unsearched": report.unsearched,
             }
         )
         return
+    would = "would be " if dry_run else ""
     for r in report.removed:
-        views.write_line(one_line(f"removed {r.id} {r.kind} {r.scope} {r.key}"))
+        views.write_line(one_line(f"{would}removed {r.id} {r.kind} {r.scope} {r.key}"))
     for name in report.redacted:
-        views.write_line(one_line(f"redacted {name}"))
+        views.write_line(one_line(f"{would}redacted {name}"))
+    for item_id in report.unsearched:
+        views.write_line(
+            f"not searched for quotes (text under {MIN_QUOTE_CHARS} characters): {item_id}"
+        )
     views.write_line(
-        f"{len(report.removed)} item(s) removed, {len(report.redacted)} record(s) redacted"
+        f"{len(report.removed)} item(s) {would}removed, "
+        f"{len(report.redacted)} record(s) {would}redacted"
+        + (" (dry run: nothing changed)" if dry_run else "")
     )
 
 

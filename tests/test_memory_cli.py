@@ -34,6 +34,9 @@ def test_add_list_search_history_show_and_forget(state: State, redis_url: str) -
     shown = run("memory", "show", first["id"], url=redis_url)
     assert "source: user memory add (authority 3)" in shown.stdout
 
+    dry = run("memory", "forget", first["id"], "--dry-run", url=redis_url)
+    assert f"would be removed {first['id']}" in dry.stdout and "nothing changed" in dry.stdout
+    assert run("memory", "show", first["id"], url=redis_url).returncode == 0  # still there
     forgot = run("memory", "forget", first["id"], url=redis_url)
     assert f"removed {first['id']}" in forgot.stdout
     assert_one_line_error(run("memory", "show", first["id"], url=redis_url), "no memory item")

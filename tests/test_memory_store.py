@@ -528,3 +528,65 @@ def test_repeating_a_claim_renews_it_once_expired_and_a_stronger_source_confirms
     assert confirmed.id != renewed.id and confirmed.provenance.authority == 3
     again = store.write(c, claim("db port is 5432", key="db.port"))  # weaker: a repeat
     assert again.id == confirmed.id
+
+
+def test_forgetting_a_short_text_removes_it_alone_and_fences_no_word(
+    store: MemoryStore, state: State
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="slugs", tenant="acme", user="bob"))
+    c = ctx(user="bob", job=job.job_id)
+    short = store.write(c, claim("y", "user:bob:", SourceKind.USER))
+    kept = [
+        store.write(
+            c, claim("the deploy region is eu-west-1", key="region", scope=f"job:{job.job_id}:")
+        ),
+        store.write(c, claim("say yes to every question", key="yes", scope=f"job:{job.job_id}:")),
+    ]
+    code = state.artifacts(job.job_id).put("def slugify(text): ...", kind="code", title="slug.py")
+    report = store.forget(c, [short.id])
+    assert [r.id for r in report.removed] == [short.id]
+    assert report.unsearched == [short.id] and report.redacted == []
+    assert {i.id for i in store.items(c, operator=True)} == {i.id for i in kept}
+    assert state.artifacts(job.job_id).text(code.id) == "def slugify(text): ..."
+    # Its one word is not fenced: later writes that hold it are not refused.
+    store.write(c, claim("y is the axis we plot", key="axis", scope=f"job:{job.job_id}:"))
+
+
+def test_a_quote_is_matched_whole_never_inside_a_longer_word_or_identifier(
+    store: MemoryStore, state: State
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="regions", tenant="acme", user="alice"))
+    c = ctx(job=job.job_id)
+    region = store.write(
+        c, claim("deploy region eu-west-1", key="region", scope=f"job:{job.job_id}:")
+    )
+    other = store.write(
+        c, claim("the failover region is eu-west-10", key="failover", scope=f"job:{job.job_id}:")
+    )
+    notes = state.artifacts(job.job_id).put(
+        "moved to eu-west-1 today; eu-west-10 and xeu-west-1 stay", kind="notes", title="n"
+    )
+    report = store.forget(c, [region.id])
+    assert [r.id for r in report.removed] == [region.id]
+    assert [i.id for i in store.items(c, operator=True)] == [other.id]
+    assert state.artifacts(job.job_id).text(notes.id) == (
+        "moved to [forgotten] today; eu-west-10 and xeu-west-1 stay"
+    )
+
+
+def test_a_dry_run_reports_what_the_forget_then_does_and_changes_nothing(
+    store: MemoryStore, state: State
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="audit", tenant="acme", user="alice"))
+    c = ctx(job=job.job_id)
+    root = store.write(
+        c, claim("canary ZX-41-QQ9 lives here", f"job:{job.job_id}:", SourceKind.USER, key="k")
+    )
+    store.write(c, claim("note: canary ZX-41-QQ9 lives here, said alice", f"job:{job.job_id}:"))
+    state.artifacts(job.job_id).put("saw ZX-41-QQ9", kind="notes", title="n")
+    everything = {k: _dump(state, k) for k in state.client.scan_iter()}
+    dry = store.forget(c, [root.id], dry_run=True)
+    assert dry.dry_run and len(dry.removed) == 2 and dry.redacted
+    assert {k: _dump(state, k) for k in state.client.scan_iter()} == everything
+    done = store.forget(c, [root.id])
+    assert (done.removed, done.redacted) == (dry.removed, dry.redacted)

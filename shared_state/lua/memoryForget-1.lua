@@ -5,15 +5,17 @@
   KEYS[1] the tenant's memory prefix   rf:mem:{tenant}:
 
   ARGV[1] changes stream maxlen
-  ARGV[2] 1: forget (follow derived items, fence the text); 0: expire (only
-          the items named, no fence: a job's own items going with the job,
-          while what was promoted from them stays)
+  ARGV[2] N > 0: forget (follow derived items, fence the text of those of at
+          least N characters: a shorter one, "y" or "is", would fence the
+          same word in every later write); 0: expire (only the items named,
+          no fence: a job's own items going with the job, while what was
+          promoted from them stays)
   ARGV[3 ..] the ids to remove
 
   Forgetting follows the derived sets breadth first, so a promoted copy, an
   episode quoting the item and anything derived from those go too. Each
-  removed item leaves its shingle digests and its id in the fence (never its
-  text). Where a removed version was its chain's current one, the best
+  removed item leaves its id in the fence, and its shingle digests (never its
+  text) if its text is long enough. Where a removed version was its chain's current one, the best
   version left (authority, then recency, unexpired) becomes current.
 
   Returns {code, data, events}
@@ -23,7 +25,13 @@
 
 local p = KEYS[1]
 local fence = p .. 'forgotten'
-local follow = ARGV[2] == '1'
+local minFenced = tonumber(ARGV[2])
+local follow = minFenced > 0
+-- Characters, not bytes (UTF-8 continuation bytes are not counted), of the trimmed text.
+local function chars(text)
+  local _, n = string.gsub(string.match(text, '^%s*(.-)%s*$'), '[^\128-\191]', '')
+  return n
+end
 local queue, visited, removed, settle = {}, {}, {}, {}
 for i = 3, #ARGV do queue[#queue + 1] = ARGV[i] end
 
@@ -35,11 +43,13 @@ while head <= #queue do
     visited[id] = true
     local itemKey, derivedKey = p .. 'item:' .. id, p .. 'derived:' .. id
     local m = redis.call('HMGET', itemKey, 'scope', 'key', 'user', 'shingles', 'status', 'derived_from',
-      'job')
+      'job', 'text')
     if m[1] then
       if follow then
         for _, child in ipairs(redis.call('SMEMBERS', derivedKey)) do queue[#queue + 1] = child end
-        for s in string.gmatch(m[4] or '', '%S+') do redis.call('SADD', fence, s) end
+        if chars(m[8] or '') >= minFenced then
+          for s in string.gmatch(m[4] or '', '%S+') do redis.call('SADD', fence, s) end
+        end
         redis.call('SADD', fence, 'id:' .. id)
       end
       redis.call('DEL', derivedKey)

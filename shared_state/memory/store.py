@@ -9,7 +9,8 @@ Writes go through ``memoryWrite`` (one script: fence, chain, indexes); a
 forget goes through ``memoryForget`` and then through the tenant's job
 records, so that what was derived from a forgotten item — promoted copies,
 episodes, index entries, and the transcripts, working states and events that
-quoted it — is removed or redacted too (``ForgetReport`` lists it all).
+quoted it (``quotes``) — is removed or redacted too (``ForgetReport``
+lists it all; a dry run lists it and changes nothing).
 """
 
 from __future__ import annotations
@@ -46,22 +47,11 @@ from .items import (
     SourceKind,
     digest,
 )
+from .quotes import MIN_QUOTE_CHARS, Quotes, drop_entries, scrub_hash, scrub_list
 
 CHANGES_MAXLEN = 10_000
 PROMOTE_AFTER_JOBS = 3  # a claim written in this many jobs may be promoted
 TEMP_TTL_S = 24 * 3600  # a scratch item outlives a task that never ends by this much
-REDACTED = "[forgotten]"
-
-# Tokens of a forgotten text that are redacted on their own wherever they
-# appear in the tenant's records (the context engine pins identifiers apart
-# from their sentence): 6+ characters with digits and letters or separators
-# (ACCT-7Q2X9, 123-45-6789), but not an id of redfleet's own, which records
-# use to point at each other.
-_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{4,}[A-Za-z0-9]")
-# redfleet's own ids: artifacts a-, jobs j-, items m-, tasks p-/c-/r-/s-, episodes, workers.
-_OWN_ID = re.compile(
-    r"^(?:[a-z]-[0-9a-f]{5,}|m-ep-j-[0-9a-f]+-\d+|(?:planner|coder|reviewer|subagent)-[\w.-]+)$"
-)
 
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -95,6 +85,10 @@ class ForgetReport:
 
     removed: list[Removed] = field(default_factory=list)
     redacted: list[str] = field(default_factory=list)  # keys rewritten or entries deleted
+    # Items whose text is too short to look for its quotes (``quotes.MIN_QUOTE_CHARS``):
+    # removed with all derived from them, but their quotes in records are left.
+    unsearched: list[str] = field(default_factory=list)
+    dry_run: bool = False  # what a forget would do: nothing was removed or redacted
 
 
 class MemoryStore:
@@ -321,36 +315,43 @@ class MemoryStore:
 
     # ----------------------------------------------------------------- forget
 
-    def forget(self, ctx: MemoryContext, item_ids: Iterable[str]) -> ForgetReport:
+    def forget(
+        self, ctx: MemoryContext, item_ids: Iterable[str], *, dry_run: bool = False
+    ) -> ForgetReport:
         """Delete the items, all derived from them, and redact what quoted them.
 
         The items are looked up in ``ctx``'s tenant only; an id that is not
-        there is ``MemoryNotFound`` before anything is removed.
+        there is ``MemoryNotFound`` before anything is removed. ``dry_run``:
+        report what would be removed and redacted, and change nothing.
         """
         roots = [self._read(ctx.tenant, i) for i in item_ids]
-        return self._forget(ctx.tenant, roots)
+        return self._forget(ctx.tenant, roots, dry_run=dry_run)
 
-    def forget_user(self, ctx: MemoryContext, user: str) -> ForgetReport:
+    def forget_user(self, ctx: MemoryContext, user: str, *, dry_run: bool = False) -> ForgetReport:
         """Delete every item of ``user`` in the tenant (any scope) and all derived from them."""
         ids = self._members(keys.memory_user(ctx.tenant, user))
-        return self._forget(ctx.tenant, self.read_many(ctx.tenant, ids))
+        return self._forget(ctx.tenant, self.read_many(ctx.tenant, ids), dry_run=dry_run)
 
-    def _forget(self, tenant: str, roots: list[MemoryItem]) -> ForgetReport:
-        report = ForgetReport()
+    def _forget(self, tenant: str, roots: list[MemoryItem], *, dry_run: bool) -> ForgetReport:
+        report = ForgetReport(dry_run=dry_run)
         if not roots:
             return report
-        needles = _needles(i.text for i in roots)
+        quotes = Quotes(i.text for i in roots)
         # Items that quote a root without saying so are derived all the same.
         quoting = [
             item.id
             for item in self.read_many(tenant, self._all_ids(tenant))
-            if any(n in item.text for n in needles)
+            if quotes.found_in(item.text)
         ]
         ids = list(dict.fromkeys([*(i.id for i in roots), *quoting]))
         before = {i.id: i for i in self.read_many(tenant, self._closure(tenant, ids))}
-        prefix = keys.memory_prefix(tenant)
-        res = run_plain(self.client, "memoryForget", [prefix], [self.changes_maxlen, 1, *ids])
-        gone = res.data["removed"].split()
+        if dry_run:
+            gone = list(before)
+        else:
+            prefix = keys.memory_prefix(tenant)
+            args = [self.changes_maxlen, MIN_QUOTE_CHARS, *ids]
+            res = run_plain(self.client, "memoryForget", [prefix], args)
+            gone = res.data["removed"].split()
         report.removed = [
             Removed(i, str(before[i].scope), before[i].key, before[i].kind)
             for i in gone
@@ -358,7 +359,10 @@ class MemoryStore:
         ]
         # From what was read before the script: a re-sent forget (a lost reply) finds the
         # items gone and names none, and their quotes must still be redacted.
-        report.redacted = self._redact_records(tenant, _needles(i.text for i in before.values()))
+        found = Quotes(i.text for i in before.values())
+        short = set(found.unsearched)
+        report.unsearched = sorted(i.id for i in before.values() if i.text in short)
+        report.redacted = self._redact_records(tenant, found, apply=not dry_run)
         return report
 
     def expire_jobs(self, job_ids: Sequence[str]) -> int:
@@ -420,13 +424,16 @@ class MemoryStore:
             queue += self._members(keys.memory_derived(tenant, item_id))
         return list(seen)
 
-    def _redact_records(self, tenant: str, needles: list[str]) -> list[str]:
-        """Redact ``needles`` where the tenant's records hold text: artifacts, working-state
+    def _redact_records(self, tenant: str, quotes: Quotes, *, apply: bool) -> list[str]:
+        """Redact the quotes where the tenant's records hold text: artifacts, working-state
         checkpoints, journal entries, job and global events, memory files and their versions.
 
         Only text is touched, never what records use to find each other (ids,
         set and index members, job and task fields): a needle may be an id.
+        With ``apply`` false, the keys that would change; nothing is written.
         """
+        if not quotes:
+            return []
         jobs = self._jobs_of(tenant)
         touched: list[str] = []
         for key in self.client.scan_iter(match=f"{keys.PREFIX}:{{*", count=1000):
@@ -435,11 +442,11 @@ class MemoryStore:
             if tag not in jobs:
                 continue
             if rest.startswith("artifact:"):
-                changed = _scrub_hash(self.client, key, needles, _ARTIFACT_TEXT)
+                changed = scrub_hash(self.client, key, quotes, _ARTIFACT_TEXT, apply=apply)
             elif rest in ("checkpoints", "journal"):
-                changed = _scrub_hash(self.client, key, needles, None)
+                changed = scrub_hash(self.client, key, quotes, None, apply=apply)
             elif rest == "events":
-                changed = _drop_entries(self.client, key, needles)
+                changed = drop_entries(self.client, key, quotes, apply=apply)
             else:
                 continue
             if changed:
@@ -448,17 +455,17 @@ class MemoryStore:
         for key in self.client.scan_iter(match=f"{prefix}file*", count=1000):
             rest = key.decode()[len(prefix) :]
             if rest.startswith("file:"):
-                changed = _scrub_hash(self.client, key, needles, ("content",))
-                if changed:  # the file's digest follows its new content
+                changed = scrub_hash(self.client, key, quotes, ("content",), apply=apply)
+                if changed and apply:  # the file's digest follows its new content
                     content = self.client.hget(key, "content") or b""
                     self.client.hset(key, "sha256", hashlib.sha256(content).hexdigest())
             elif rest.startswith("filev:"):
-                changed = _scrub_list(self.client, key, needles)
+                changed = scrub_list(self.client, key, quotes, apply=apply)
             else:
                 continue
             if changed:
                 touched.append(key.decode())
-        if _drop_entries(self.client, keys.EVENTS, needles, jobs=jobs):
+        if drop_entries(self.client, keys.EVENTS, quotes, jobs=jobs, apply=apply):
             touched.append(keys.EVENTS)
         return touched
 
@@ -511,68 +518,4 @@ def _claim_digest(key: str, text: str) -> str:
     return digest(f"{key}\n{text}")
 
 
-def _needles(texts: Iterable[str]) -> list[str]:
-    """What to look for: each text, as written and as JSON escapes it, and its identifiers."""
-    found: dict[str, None] = {}
-    for text in texts:
-        # Whole, and as recall (600 characters) and episodes (300) quote a long one.
-        for quoted in {text, text[:600], text[:300]}:
-            found[quoted] = None
-            found[json.dumps(quoted)[1:-1]] = None
-        for token in _IDENTIFIER.findall(text):
-            mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
-            if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
-                found[token] = None
-    return sorted(found, key=len, reverse=True)
-
-
 _ARTIFACT_TEXT = ("content", "preview", "title")
-
-
-def _scrub_hash(
-    client: redis.Redis, key: bytes, needles: list[str], fields: Sequence[str] | None
-) -> bool:
-    """Redact the values (never the field names) of a hash, or only of ``fields``."""
-    changed = {}
-    for name, value in client.hgetall(key).items():
-        if fields is not None and name.decode() not in fields:
-            continue
-        text = value.decode(errors="replace")
-        clean = _scrub(text, needles)
-        if clean != text:
-            changed[name] = clean
-    if changed:
-        client.hset(key, mapping=changed)
-    return bool(changed)
-
-
-def _scrub_list(client: redis.Redis, key: bytes, needles: list[str]) -> bool:
-    changed = False
-    for index, value in enumerate(client.lrange(key, 0, -1)):
-        text = value.decode(errors="replace")
-        clean = _scrub(text, needles)
-        if clean != text:
-            client.lset(key, index, clean)
-            changed = True
-    return changed
-
-
-def _drop_entries(
-    client: redis.Redis, key: bytes | str, needles: list[str], *, jobs: set[str] | None = None
-) -> bool:
-    """Delete the stream entries quoting a needle (of ``jobs`` only, in the global stream)."""
-    hits = [
-        entry_id
-        for entry_id, fields in client.xrange(key)
-        if (jobs is None or fields.get(b"job_id", b"").decode() in jobs)
-        and any(n in v.decode(errors="replace") for v in fields.values() for n in needles)
-    ]
-    if hits:
-        client.xdel(key, *hits)
-    return bool(hits)
-
-
-def _scrub(text: str, needles: list[str]) -> str:
-    for needle in needles:
-        text = text.replace(needle, REDACTED)
-    return text

@@ -1,0 +1,129 @@
+"""The quotes of forgotten text: what a forget looks for in records, and how it redacts them.
+
+A forgotten item's text is looked for whole, as written and as JSON escapes
+it, and cut as recall (600 characters) and episodes (300) quote a long one;
+so are its identifiers on their own, since the context engine pins
+identifiers apart from their sentence. A match is whole: never inside a
+longer word or identifier, so forgetting ``eu-west-1`` leaves ``eu-west-10``.
+
+A text shorter than ``MIN_QUOTE_CHARS`` is not looked for at all: "y" or
+"is" cannot be told from the same letters in other text, and looking for
+them would rewrite every record of the tenant. Such an item is still
+removed with all derived from it by provenance; the forget report lists it
+as ``unsearched``, so that the limit is never silent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+import redis
+
+REDACTED = "[forgotten]"
+MIN_QUOTE_CHARS = 12
+
+# Tokens redacted on their own: 6+ characters with digits and letters or separators
+# (ACCT-7Q2X9, 123-45-6789), but not an id of redfleet's own, which records use to
+# point at each other.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{4,}[A-Za-z0-9]")
+# redfleet's own ids: artifacts a-, jobs j-, items m-, tasks p-/c-/r-/s-, episodes, workers.
+_OWN_ID = re.compile(
+    r"^(?:[a-z]-[0-9a-f]{5,}|m-ep-j-[0-9a-f]+-\d+|(?:planner|coder|reviewer|subagent)-[\w.-]+)$"
+)
+
+
+def _whole(needle: str) -> str:
+    """``needle`` as a pattern that matches it only where no word character runs on."""
+    head = r"(?<!\w)" if re.match(r"\w", needle) else ""
+    tail = r"(?!\w)" if re.search(r"\w$", needle) else ""
+    return f"{head}{re.escape(needle)}{tail}"
+
+
+class Quotes:
+    """The needles of some forgotten texts, matched whole; ``unsearched``: texts too short."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        found: dict[str, None] = {}
+        self.unsearched: list[str] = []
+        for text in texts:
+            if len(text.strip()) >= MIN_QUOTE_CHARS:
+                for quoted in {text, text[:600], text[:300]}:
+                    found[quoted] = None
+                    found[json.dumps(quoted)[1:-1]] = None
+            else:
+                self.unsearched.append(text)
+            for token in _IDENTIFIER.findall(text):
+                mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
+                if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
+                    found[token] = None
+        # Longest first: a text is redacted whole before any identifier inside it.
+        needles = sorted(found, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(_whole, needles))) if needles else None
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def found_in(self, text: str) -> bool:
+        return self._pattern is not None and self._pattern.search(text) is not None
+
+    def scrub(self, text: str) -> str:
+        return text if self._pattern is None else self._pattern.sub(REDACTED, text)
+
+
+def scrub_hash(
+    client: redis.Redis,
+    key: bytes,
+    quotes: Quotes,
+    fields: Sequence[str] | None,
+    *,
+    apply: bool = True,
+) -> bool:
+    """Redact the values (never the field names) of a hash, or only of ``fields``.
+
+    Whether any quoted them; with ``apply`` false nothing is written.
+    """
+    changed = {}
+    for name, value in client.hgetall(key).items():
+        if fields is not None and name.decode() not in fields:
+            continue
+        text = value.decode(errors="replace")
+        clean = quotes.scrub(text)
+        if clean != text:
+            changed[name] = clean
+    if changed and apply:
+        client.hset(key, mapping=changed)
+    return bool(changed)
+
+
+def scrub_list(client: redis.Redis, key: bytes, quotes: Quotes, *, apply: bool = True) -> bool:
+    changed = False
+    for index, value in enumerate(client.lrange(key, 0, -1)):
+        text = value.decode(errors="replace")
+        clean = quotes.scrub(text)
+        if clean != text:
+            if apply:
+                client.lset(key, index, clean)
+            changed = True
+    return changed
+
+
+def drop_entries(
+    client: redis.Redis,
+    key: bytes | str,
+    quotes: Quotes,
+    *,
+    jobs: set[str] | None = None,
+    apply: bool = True,
+) -> bool:
+    """Delete the stream entries quoting a needle (of ``jobs`` only, in the global stream)."""
+    hits = [
+        entry_id
+        for entry_id, fields in client.xrange(key)
+        if (jobs is None or fields.get(b"job_id", b"").decode() in jobs)
+        and any(quotes.found_in(v.decode(errors="replace")) for v in fields.values())
+    ]
+    if hits and apply:
+        client.xdel(key, *hits)
+    return bool(hits)
