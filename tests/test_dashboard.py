@@ -28,7 +28,7 @@ HOSTILE = '<script>alert("goal")</script><img src=x onerror=alert(1)> & "quotes"
 
 @pytest.fixture
 def web(state: State) -> TestClient:
-    return TestClient(create_app(state))
+    return TestClient(create_app(state), base_url="http://127.0.0.1:8765")
 
 
 def test_a_finished_jobs_documents_match_its_status_and_records(
@@ -175,6 +175,21 @@ def test_with_a_token_a_request_needs_it_as_a_bearer_or_a_cookie(state: State) -
     stranger = TestClient(create_app(state, token="s3cret-t0ken"))
     stranger.cookies.set(COOKIE, "guess")
     assert stranger.get("/api/jobs").status_code == 401
+
+
+def test_without_a_token_only_a_loopback_host_is_answered(state: State) -> None:
+    web = TestClient(create_app(state))
+    for host in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "localhost", "127.0.0.2"):
+        assert web.get("/api/jobs", headers={"Host": host}).status_code == 200, host
+    # A page that rebinds its own name to 127.0.0.1 still sends that name.
+    for host in ("attacker.example:8765", "attacker.example", "10.0.0.7:8765", ""):
+        refused = web.get("/api/jobs", headers={"Host": host})
+        assert refused.status_code == 421, host
+        assert "--token" in refused.json()["error"]
+    # With a token, the token is the gate: any name reaches it.
+    gated = TestClient(create_app(state, token="s3cret-t0ken"))
+    bearer = {"Authorization": "Bearer s3cret-t0ken", "Host": "dash.example:8765"}
+    assert gated.get("/api/jobs", headers=bearer).status_code == 200
 
 
 def test_off_loopback_a_token_is_required_before_anything_starts(redis_url: str) -> None:

@@ -29,7 +29,7 @@ from shared_state import ConnectionFailed, JobStatus, NotFound, State
 
 from .. import metrics
 from . import calls, documents, pages
-from .auth import TokenGate
+from .auth import LoopbackHostsOnly, TokenGate
 
 MAX_JOBS = 500
 HEADERS = {
@@ -179,6 +179,8 @@ def create_app(state: State, *, token: str | None = None) -> Starlette:
     middleware = [Middleware(_SecurityHeaders)]
     if token is not None:
         middleware.append(Middleware(TokenGate, token=token))
+    else:
+        middleware.append(Middleware(LoopbackHostsOnly))
     return Starlette(
         routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_error}
     )

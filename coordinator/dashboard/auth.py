@@ -9,6 +9,12 @@ the same address without it, so the token leaves the address bar and the
 browser history, and the page's own requests carry the cookie. Tokens are
 compared in constant time and never logged (the server's access log is off:
 it would print ``?token=``).
+
+Without a token, a request must also name a loopback host (``Host:
+127.0.0.1:8765``, ``localhost``, ``[::1]``): otherwise a web page the user
+opens could rebind its own name to 127.0.0.1 and read the dashboard from
+the browser (DNS rebinding), since a loopback address alone trusts every
+page the browser runs.
 """
 
 from __future__ import annotations
@@ -98,3 +104,34 @@ class TokenGate:
             secure=scope.get("scheme") == "https",
         )
         return response
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8765`` -> ``::1``)."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+class LoopbackHostsOnly:
+    """ASGI middleware for a dashboard without a token: a request must name a loopback host."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+        if is_loopback(_host_name(host)):
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {
+                "error": "without --token the dashboard answers only requests for a loopback "
+                "host (127.0.0.1, localhost, [::1]); serve it with --token to use another name"
+            },
+            status_code=421,
+        )
+        await response(scope, receive, send)
