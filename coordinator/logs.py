@@ -70,6 +70,9 @@ def configure(level: str = "info") -> None:
         logger_factory=lambda *_: _LineLogger(sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # RQ logs through the stdlib ("rq.worker": a slot's lost connection, its retries):
+    # with a handler here it adds none of its own, and its lines are JSON like ours.
+    route_stdlib("rq")
 
 
 def route_stdlib(*names: str) -> None:

@@ -32,6 +32,7 @@ class Up:
             stderr=subprocess.PIPE,
         )
         self.lines: list[tuple[float, dict[str, Any]]] = []  # (monotonic arrival, event)
+        self.plain: list[str] = []  # lines that are not JSON objects (nothing should be)
         self.seen: set[int] = set()  # every worker pid ever listed, for the clean-up
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -49,6 +50,8 @@ class Up:
                     break
                 self.lines.append((at, doc))
                 text = text[end:].lstrip()
+            if text:
+                self.plain.append(text)
 
     def logged(self, event: str, **fields: Any) -> list[tuple[float, dict[str, Any]]]:
         return [

@@ -104,6 +104,8 @@ def test_a_fleet_rides_out_a_redis_restart_without_restarting_a_worker(
         # process waited for Redis and ran a new loop instead of exiting.
         assert up.logged("worker.resumed")
         assert up.stop() == 0
+        # Every line the fleet wrote while Redis was away is JSON, RQ's own included.
+        assert up.plain == []
         report = up.report()
         assert (report["restarts"], report["hung"]) == (0, 0)
         state.close()
