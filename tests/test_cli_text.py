@@ -18,6 +18,7 @@ from coordinator import cli
 from coordinator.settings import Settings
 from coordinator.text import markup_safe, multi_line, one_line
 from shared_state import JobSpec, State, free_port
+from shared_state.redact import redact
 
 from .test_cli import assert_one_line_error, run
 
@@ -112,6 +113,24 @@ def test_show_strips_control_characters_unless_raw(state: State, redis_url) -> N
     assert shown.stdout == "$ pytest ok\n\tdone\\x07\n"
     assert run("show", ref.id, "--raw", url=redis_url).stdout == content
     assert json.loads(run("show", ref.id, "--json", url=redis_url).stdout)["content"] == content
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("password=hunter", "password=***"),
+        ("password: hunter2", "password: ***"),
+        ("REDIS_PASSWORD=xyz", "REDIS_PASSWORD=***"),
+        ("url?token=abc&x=1", "url?token=***&x=1"),
+        ("secret: s3", "secret: ***"),
+        # Sentences, paths and options that only mention a name keep their words.
+        ("/etc/passwd: a file where 'slug.py' needs a folder", None),
+        ("token: the dashboard refuses", None),
+        ("--token: must not be empty", None),
+    ],
+)
+def test_redact_masks_assigned_secrets_and_leaves_prose(text: str, shown: str | None) -> None:
+    assert redact(text) == (text if shown is None else shown)
 
 
 def test_a_password_in_an_unreachable_redis_url_is_masked() -> None:
