@@ -262,6 +262,10 @@ def up(
         reaper=reaper,
         worker_env=worker_env,
     )
+    # Reach Redis as a command a person waits for does (a one-line error within seconds),
+    # before announcing a fleet; once it serves, the fleet rides out outages.
+    with open_state(settings, url):
+        pass
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")

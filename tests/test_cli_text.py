@@ -139,6 +139,12 @@ def test_a_password_in_an_unreachable_redis_url_is_masked() -> None:
     assert "s3cret" not in proc.stderr
 
 
+def test_up_without_redis_fails_at_once_and_announces_no_fleet() -> None:
+    proc = run("up", "--burst", url=f"redis://:s3cret@127.0.0.1:{free_port()}/0")
+    assert_one_line_error(proc, "cannot reach Redis", "redis://:***@127.0.0.1:")
+    assert "fleet of" not in proc.stderr and "s3cret" not in proc.stderr
+
+
 def test_every_error_line_is_masked_and_one_line(monkeypatch, capsys) -> None:
     def lost(*_args: object) -> None:
         raise redis.ConnectionError("lost redis://:s3cret@h:1/0\nmid-command")
