@@ -353,6 +353,17 @@ def reaper_cmd(
             stop.wait(settings.reap_interval_ms / 1000)
 
 
+WaitTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="With --wait: give up after this long, exit 1 (the job goes on).",
+    ),
+]
+
+
 @app.command()
 def submit(
     goal: Annotated[str, typer.Argument(metavar="GOAL", help="What the job should achieve.")],
@@ -414,15 +425,7 @@ def submit(
             "was cancelled.",
         ),
     ] = False,
-    timeout_s: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout",
-            min=0.1,
-            metavar="SECONDS",
-            help="With --wait: give up after this long, exit 1 (the job goes on).",
-        ),
-    ] = None,
+    timeout_s: WaitTimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job to the planner queue; prints its job id.
@@ -690,6 +693,7 @@ def resume_cmd(
     wait: Annotated[
         bool, typer.Option("--wait", help="Show the new round's progress until it ends.")
     ] = False,
+    timeout_s: WaitTimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a new round of a finished job, from its records, after resumption checks.
@@ -725,7 +729,7 @@ def resume_cmd(
                 return
             views.write_line(f"{job_id}: a new round started at {stage}")
         if wait:
-            _wait_for(Client(state, settings=settings), job_id, None, as_json)
+            _wait_for(Client(state, settings=settings), job_id, timeout_s, as_json)
 
 
 @app.command("handoff")
@@ -762,6 +766,7 @@ def retry(
         bool,
         typer.Option("--wait", help="Show its progress until it ends, as `submit --wait` does."),
     ] = False,
+    timeout_s: WaitTimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a failed job again from where it stopped, with the same job id.
@@ -783,7 +788,7 @@ def retry(
                 f"{job_id}: {views.count(len(requeued), 'task')} given a fresh attempt"
             )
         if wait:
-            _wait_for(Client(state, settings=settings), job_id, None, as_json)
+            _wait_for(Client(state, settings=settings), job_id, timeout_s, as_json)
 
 
 NoteOpt = Annotated[

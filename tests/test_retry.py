@@ -59,3 +59,17 @@ def test_only_a_failed_job_can_be_retried(state: State, redis_url: str) -> None:
         state.jobs.retry("j-nope")
     assert_one_line_error(run("retry", job.job_id, url=redis_url), "only a failed job")
     assert_one_line_error(run("retry", "", url=redis_url), "JOB_ID")
+
+
+def test_retry_wait_gives_up_after_its_timeout_and_the_job_goes_on(
+    state: State, redis_url: str
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    claimed = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000)
+    assert claimed is not None
+    state.tasks.fail(claimed.claim, "broken", retryable=False)
+    wait_for(lambda: state.jobs.get(job.job_id).status == "failed", 10, "the job to fail")
+    proc = run("retry", job.job_id, "--wait", "--timeout", "1", url=redis_url)
+    assert proc.returncode == 1, proc.stderr
+    assert "gave up waiting for job" in proc.stderr and "not cancelled" in proc.stderr
+    assert state.jobs.get(job.job_id).status == "running"  # retried, nobody serves it
