@@ -73,6 +73,11 @@ def test_scraped_metrics_match_the_finished_jobs_status(
     renewals = len(events_named(state, job.job_id, "task.renewed"))
     assert m["redfleet_renewals_total"][()] == renewals
     assert m["redfleet_fenced_writes_total"][()] == 0
+    # Every event that is about a task counts under that task's role.
+    events = {tuple(dict(k).values()): v for k, v in m["redfleet_events_total"].items()}
+    for name in ("task.claimed", "task.renewed", "model.called", "task.succeeded"):
+        roles = {role for (event, role) in events if event == name}
+        assert roles and "" not in roles, (name, roles)
     assert m["redfleet_jobs_active"][()] == 0
     workers = m["redfleet_workers"]
     assert {dict(k)["role"]: v for k, v in workers.items()} == {

@@ -4,8 +4,9 @@ A worker process runs up to ``--concurrency`` tasks at once, one per slot;
 each slot holds at most one claim at a time through its own ``Lease``. The
 process's heartbeat thread renews every lease held (``renewing``, then
 ``renewed``: all slots' in one round trip); the slot's task loop asks
-``check`` before each write and makes its last write through ``settle``. Slots share nothing else of their leases: one lost, stuck or
-crashed slot leaves the others' claims as they were.
+``check`` before each write and makes its last write through ``settle``.
+Slots share nothing else of their leases: one lost, stuck or crashed slot
+leaves the others' claims as they were.
 
 The lease ends ``lease_ms`` after the last successful renewal (or the
 claim) was *sent*, on the monotonic clock: never after the deadline Redis

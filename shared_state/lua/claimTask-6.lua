@@ -42,7 +42,7 @@ local worker, leaseMs, withJob = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 -- deliveries, racing workers) end after one small read and TIME.
 local function row()
   return redis.call('HMGET', taskKey, 'status', 'owner', 'lease_until', 'task_id', 'token',
-    'attempt')
+    'attempt', 'role')
 end
 
 local function claimed()
@@ -106,6 +106,6 @@ redis.call('ZREM', queuedKey, taskId)
 if job.status == 'queued' then
   redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
 end
-emit(stream, job.maxlen, {'event', 'task.claimed', 'task_id', taskId, 'worker', worker,
-  'token', token, 'lease_until', leaseUntil, 'attempt', t[6]})
+emit(stream, job.maxlen, {'event', 'task.claimed', 'task_id', taskId, 'role', t[7],
+  'worker', worker, 'token', token, 'lease_until', leaseUntil, 'attempt', t[6]})
 return claimed()

@@ -35,13 +35,13 @@
 local taskKey, stream, leasesKey = KEYS[1], KEYS[3], KEYS[4]
 local token, leaseMs, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-local refused, t, job = ownedTask(token, worker, 'renew')
+local refused, t, job = ownedTask(token, worker, 'renew', 'role')
 if refused then return refused end
 
 local leaseUntil = nowMs() + leaseMs
 redis.call('HSET', taskKey, 'lease_until', leaseUntil)
 redis.call('HINCRBY', taskKey, 'renewals', 1)
 redis.call('ZADD', leasesKey, leaseUntil, t[3])
-emit(stream, job.maxlen, {'event', 'task.renewed', 'task_id', t[3], 'worker', worker,
-  'token', token, 'lease_until', leaseUntil})
+emit(stream, job.maxlen, {'event', 'task.renewed', 'task_id', t[3], 'role', t[6],
+  'worker', worker, 'token', token, 'lease_until', leaseUntil})
 return reply(1, {lease_until = leaseUntil})

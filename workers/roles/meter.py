@@ -40,6 +40,7 @@ class Meter:
             compaction=compaction,
             event={
                 "task_id": self.task.task_id,
+                "role": self.task.role.value,
                 "worker": self.worker,
                 "step": self.calls,
                 "provider": self.provider.name,
