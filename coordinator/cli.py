@@ -594,8 +594,10 @@ def logs_cmd(
 ) -> None:
     """Events from Redis Streams, oldest first (one JSON object a line with --json).
 
-    Without JOB_ID the global stream is read; it mirrors every job's events
-    with up to a second of delay. Lease renewals are hidden (and not counted
+    Without JOB_ID the global stream is read: it mirrors every job's events
+    up to a heartbeat (a third of the lease) late, so past events are printed
+    sorted by their time, and followed ones as they reach it, which can be a
+    little out of order between jobs. Lease renewals are hidden (and not counted
     in --last) unless --all: `status JOB` shows a count per task. With -f and
     JOB_ID the command ends once the job has ended, after its final events;
     without JOB_ID it runs until Ctrl-C.
@@ -611,11 +613,13 @@ def logs_cmd(
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
         past = state.events.read(job_id, last=last, hide=hide) if last else []
+        after = past[-1].id if past else "$"
+        if not job_id:  # mirrored in batches: stream order is not quite time order
+            past.sort(key=lambda e: e.ts)
         for event in past:
             show(event)
         if not follow:
             return
-        after = past[-1].id if past else "$"
         if job_id:
             events = Client(state).follow(job_id, after=after, hide=hide)
         else:

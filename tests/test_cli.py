@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from shared_state import JobSpec, State, free_port
+from shared_state import JobSpec, State, free_port, keys
 
 
 def run(*args: str, url: str | None, home: str | None = None, timeout: float = 120):
@@ -70,6 +70,14 @@ def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
     events = [json.loads(line) for line in lines]
     assert [e["event"] for e in events] == ["job.submitted", "task.queued", "task.claimed"]
     assert events[2]["worker"] == "w-test" and events[2]["token"] == 1 and "ts" in events[2]
+
+
+def test_logs_of_every_job_print_past_events_in_time_order(state: State, redis_url) -> None:
+    # Mirrored in batches: a later batch may hold an earlier event of another job.
+    for event, job_id, ts_ms in (("a", "j-1", 3_000), ("b", "j-2", 1_000), ("c", "j-2", 2_000)):
+        state.client.xadd(keys.EVENTS, {"event": event, "job_id": job_id, "ts_ms": ts_ms})
+    lines = run("logs", "--json", url=redis_url).stdout.splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["b", "c", "a"]
 
 
 def test_cancel_marks_the_job_cancelled_and_is_idempotent(state: State, redis_url) -> None:
