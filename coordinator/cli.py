@@ -444,7 +444,11 @@ def submit(
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
     settings = Settings()
-    document = memory_file.read_text(encoding="utf-8") if memory_file else None
+    try:
+        document = memory_file.read_text(encoding="utf-8") if memory_file else None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CoordinatorError(f"--memory-file: cannot read {memory_file}: {why}") from exc
     with open_state(settings) as state:
         client = Client(state, settings=settings)
         if document is not None:

@@ -82,7 +82,7 @@ def test_submit_memory_file_stores_the_tenants_project_memory(
     ctx = MemoryContext(tenant="acme", actor="t")
     assert MemoryFiles(state.client).read(ctx, PROJECT_MEMORY)[0] == doc.read_text()
     missing = run("submit", "g", "--memory-file", str(tmp_path / "nope.md"), url=redis_url)
-    assert_one_line_error(missing, "nope.md")
+    assert_one_line_error(missing, "--memory-file: cannot read", "nope.md", "No such file")
     big = tmp_path / "big.md"
     big.write_text("x" * 100_001)
     assert_one_line_error(run("submit", "g", "--memory-file", str(big), url=redis_url), "over")
