@@ -818,6 +818,7 @@ def approve(
     """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
+        state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
         state.tasks.decide(job_id, task_id, approve=True, note=note or "", by=operator())
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "approved"})
@@ -839,6 +840,7 @@ def reject(
     if not note.strip():
         raise CoordinatorError("--note: say why the task is rejected")
     with open_state(Settings()) as state:
+        state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
         state.tasks.decide(job_id, task_id, approve=False, note=note, by=operator())
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "rejected"})

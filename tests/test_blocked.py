@@ -106,6 +106,8 @@ def test_approve_and_reject_at_the_cli(state: State, redis_url: str) -> None:
     ok = run("approve", job.job_id, a, "--note", "go ahead", url=redis_url)
     assert ok.returncode == 0 and "approved" in ok.stdout
     assert_one_line_error(run("approve", job.job_id, a, url=redis_url), "not blocked")
+    assert_one_line_error(run("approve", "j-000000000000", a, url=redis_url), "j-000000000000")
+    assert_one_line_error(run("approve", job.job_id, "c-nope", url=redis_url), "c-nope")
     assert_one_line_error(run("reject", job.job_id, b, "--note", " ", url=redis_url), "--note")
     out = run("reject", job.job_id, b, "--note", "no", "--json", url=redis_url)
     assert json.loads(out.stdout)["decision"] == "rejected"
