@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from shared_state.memory import (
     Claim,
@@ -56,6 +57,9 @@ def _context(tenant: str, user: str = "") -> MemoryContext:
 def _scope(text: str, option: str = "--scope") -> Scope:
     try:
         return Scope.parse(text)
+    except ValidationError as exc:  # a bad id in a well-formed scope
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise CoordinatorError(f"{option}: {why}") from exc
     except ValueError as exc:
         raise CoordinatorError(f"{option}: {str(exc).removeprefix('Value error, ')}") from exc
 
@@ -195,6 +199,10 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
+    if not scope.startswith(("app:", "user:")):
+        # Checked before parsing: the parser's message lists job: and temp: too, which
+        # only a job's own workers write.
+        raise CoordinatorError(f"--scope: memory add writes app: or user:<id>:, not {scope!r}")
     where = _scope(scope)
     if not where.wide:
         raise CoordinatorError("--scope: memory add writes app: or user:<id>:")
