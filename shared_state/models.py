@@ -65,7 +65,7 @@ class _Record(BaseModel):
 class JobSpec(_Record):
     """What a user submits."""
 
-    goal: str = Field(min_length=1, max_length=2000)
+    goal: str = Field(max_length=2000)  # and not blank (below: one message for "" and "  ")
     scenario: Scenario = Scenario.NOOP
     fanout: int = Field(default=3, ge=1, le=100)
     max_attempts: int = Field(default=3, ge=1, le=100)
