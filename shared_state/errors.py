@@ -60,11 +60,15 @@ class Fenced(StateError):
     """The caller's fencing token is stale: another worker owns the task now."""
 
     def __init__(self, task_id: str, token: int, current: dict[str, Any]) -> None:
-        super().__init__(
-            f"task {task_id}: token {token} is stale "
-            f"(now {current.get('status')} with token {current.get('token')}"
-            f" owned by {current.get('owner') or 'nobody'})"
-        )
+        if current.get("status") == "expired":
+            # Still this token's on paper, but its lease ran out: a successor may claim it.
+            why = f"the lease of token {token} has expired"
+        else:
+            why = (
+                f"token {token} is stale (now {current.get('status')} with token "
+                f"{current.get('token')} owned by {current.get('owner') or 'nobody'})"
+            )
+        super().__init__(f"task {task_id}: {why}")
         self.task_id = task_id
         self.token = token
         self.current = current

@@ -33,6 +33,14 @@ def test_claim_takes_over_an_expired_lease_with_a_higher_token(state: State) -> 
     assert [e.model_extra["reason"] for e in requeued] == ["lease expired (owner w1)"]
 
 
+def test_a_write_after_the_lease_ran_out_says_so(state: State) -> None:
+    job, _, (child_id, *_) = job_with_children(state, 1)
+    held = state.tasks.claim(job.job_id, child_id, "w1", 1).claim
+    wait_for(lambda: state.tasks.get(job.job_id, child_id).lease_until < _now(state))
+    with pytest.raises(Fenced, match=f"task {child_id}: the lease of token 1 has expired$"):
+        state.tasks.renew(held, 10_000)
+
+
 def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> None:
     job, parent, (child_id, *_) = job_with_children(state, 1)
     old = state.tasks.claim(job.job_id, child_id, "w1", 1).claim
@@ -45,7 +53,7 @@ def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> N
         lambda: state.tasks.spawn(old, "x", [_child()]),
         lambda: state.records(job.job_id).write(old, checkpoint="{}", files={"a.py": "a-1"}),
     ):
-        with pytest.raises(Fenced):
+        with pytest.raises(Fenced, match=r"token 1 is stale .* token 2 owned by w2"):
             write()
     fenced = events_named(state, job.job_id, "task.fenced")
     ops = [e.model_extra["op"] for e in fenced]
