@@ -281,7 +281,13 @@ def write_line(text: str) -> None:
 
 
 def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """A rich table; title and cells are printed as text, never read as markup."""
+    """A rich table; title and cells are printed as text, never read as markup.
+
+    Without rows, one line says so (``workers: none``), not an empty frame.
+    """
+    if not rows:
+        write_line(one_line(f"{title}: none"))
+        return
     t = Table(title=markup_safe(title), title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")

@@ -66,6 +66,7 @@ def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
     ]
     assert 0 < claims[0]["lease_remaining_ms"] <= 60_000
     assert json.loads(run("workers", "--json", url=redis_url).stdout) == []
+    assert run("workers", url=redis_url).stdout == "workers: none\n"  # not an empty frame
     lines = run("logs", job.job_id, "--json", url=redis_url).stdout.splitlines()
     events = [json.loads(line) for line in lines]
     assert [e["event"] for e in events] == ["job.submitted", "task.queued", "task.claimed"]
