@@ -152,15 +152,15 @@ def print_outcome(doc: dict[str, Any]) -> None:
             f"memory: its tasks were shown {count(len(recalled), 'item')} that earlier jobs "
             f"left ({shown}): `redfleet memory list` shows them with their provenance"
         )
+    # Per command, not exported: a later `redfleet up` in the shell must not join the demo.
     env = markup_safe(f"REDIS_URL={doc['redis_url']}")
     console.print(
         f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further, on the "
         f"demo's own Redis:\n"
-        f"  export {env}\n"
-        f"  redfleet logs {doc['job_id']}\n"
-        f"  redfleet artifacts {doc['job_id']}\n"
-        f"  redfleet show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
-        f"  redfleet show ARTIFACT_ID --lines 1:20\n"
+        f"  {env} redfleet logs {doc['job_id']}\n"
+        f"  {env} redfleet artifacts {doc['job_id']}\n"
+        f"  {env} redfleet show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
+        f"  {env} redfleet show ARTIFACT_ID --lines 1:20\n"
         f"It keeps running for that; stop it with "
         f"`REDFLEET_HOME={markup_safe(doc['redis_home'])} redfleet server stop`.",
         soft_wrap=True,
