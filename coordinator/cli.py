@@ -262,6 +262,8 @@ def up(
         reaper=reaper,
         worker_env=worker_env,
     )
+    if not spec.roles():
+        raise CoordinatorError("--planners/--coders/--reviewers: a fleet needs a worker")
     # Reach Redis as a command a person waits for does (a one-line error within seconds),
     # before announcing a fleet; once it serves, the fleet rides out outages.
     with open_state(settings, url):
