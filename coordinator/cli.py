@@ -956,7 +956,8 @@ def dashboard(
         str | None,
         typer.Option(
             metavar="TOKEN",
-            help="Required with every request (default: REDFLEET_DASHBOARD_TOKEN).",
+            help="Required with every request (default: REDFLEET_DASHBOARD_TOKEN, which "
+            "other users cannot read in `ps`, as they can an option).",
         ),
     ] = None,
 ) -> None:

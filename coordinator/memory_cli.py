@@ -68,6 +68,11 @@ def _doc(item: MemoryItem) -> dict[str, Any]:
     return item.model_dump(mode="json") | {"scope": str(item.scope)}
 
 
+def _clip(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, an ellipsis marking a cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
     p = item.provenance
     flags = [item.status]
@@ -78,12 +83,12 @@ def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
     return {
         "id": item.id,
         "scope": str(item.scope),
-        "key": item.key if len(item.key) <= 40 else item.key[:39] + "…",
+        "key": _clip(item.key, 40),
         "status": ",".join(flags),
         "source": f"{p.source_kind.value} {p.source_ref}",
         "authority": p.authority,
         "age": age_text(now_ms - p.observed_at),
-        "text": one_line(item.text)[:120],
+        "text": _clip(one_line(item.text), 120),
     }
 
 
@@ -160,6 +165,9 @@ def search(
 ) -> None:
     """Keyword recall (BM25) over current, unexpired items, best first."""
     from shared_state.memory.recall import Recall  # numpy: only for the command that ranks
+
+    if not query.strip():
+        raise CoordinatorError("QUERY: give words to look for")
 
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)

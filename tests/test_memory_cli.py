@@ -42,6 +42,15 @@ def test_add_list_search_history_show_and_forget(state: State, redis_url: str) -
     assert_one_line_error(run("memory", "show", first["id"], url=redis_url), "no memory item")
 
 
+def test_a_long_text_is_cut_in_the_list_with_an_ellipsis(state: State, redis_url: str) -> None:
+    long = "the deploy checklist: " + "check the canary, " * 10 + "then ship"
+    run("memory", "add", long, "--key", "checklist", url=redis_url)
+    listed = run("memory", "list", url=redis_url)
+    shown = "".join(line.strip(" │┃") for line in listed.stdout.splitlines())
+    assert "…" in listed.stdout and long not in shown
+    assert json.loads(run("memory", "list", "--json", url=redis_url).stdout)[0]["text"] == long
+
+
 def test_tenants_are_apart_at_the_cli(state: State, redis_url: str) -> None:
     run("memory", "add", "acme uses postgres", "--tenant", "acme", url=redis_url)
     other = json.loads(run("memory", "list", "--tenant", "globex", "--json", url=redis_url).stdout)
@@ -58,6 +67,7 @@ def test_bad_input_is_one_line_naming_what_was_wrong(state: State, redis_url: st
     )
     assert_one_line_error(run("memory", "forget", url=redis_url), "ITEM_ID")
     assert_one_line_error(run("memory", "list", "--scope", "nope", url=redis_url), "--scope")
+    assert_one_line_error(run("memory", "search", " ", url=redis_url), "QUERY")
     empty_id = run("memory", "add", "x", "--scope", "user:", url=redis_url)
     assert_one_line_error(empty_id, "--scope: scope user: id '' is not a valid name")
     assert "pydantic" not in empty_id.stderr and "validation error" not in empty_id.stderr
