@@ -377,7 +377,7 @@ def run_workload(workload: Any, model: str, *, full: bool = True) -> dict[str, A
         name
         for name, r in results.items()
         if r["uncached_input_tokens"] < bound["uncached_tokens_at_least"]
-        and not (r["cut_before_seen"] or r["cleared_before_seen"])
+        and not (r["cut_before_seen"] or r["cleared_before_seen"] or r["kill_switch"])
     ]
     return {
         "strategies": results,

@@ -262,8 +262,6 @@ def up(
         reaper=reaper,
         worker_env=worker_env,
     )
-    if not spec.roles():
-        raise CoordinatorError("--planners/--coders/--reviewers: a fleet needs a worker")
     # Reach Redis as a command a person waits for does (a one-line error within seconds),
     # before announcing a fleet; once it serves, the fleet rides out outages.
     with open_state(settings, url):
@@ -271,8 +269,10 @@ def up(
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")
-        if spec.concurrency > 1:
+        if spec.concurrency > 1 and spec.roles():
             fleet_of += f" x {views.count(spec.concurrency, 'slot')}"
+        if not spec.roles():  # a node for the reaper and the metrics, or a mistake
+            fleet_of += " (no task runs here: " + ("the reaper only)" if reaper else "nothing)")
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
         source = "REDIS_URL" if settings.redis_url else f"embedded server in {settings.home}"
         where = one_line(redact(f"{url} ({source})"))

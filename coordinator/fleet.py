@@ -13,7 +13,7 @@ silent for ``hung_after_s`` (three leases, at least 5 s) is hung. A worker
 cut off from Redis still ticks, so a partition never gets it killed. One
 still starting (no byte yet) has a 30 s grace, and after it is hung only if
 it has also used no CPU for ``hung_after_s``: a hundred workers importing on
-two cores are slow, not hung.
+two cores are slow, not hung (up to ten graces).
 
 SIGINT, SIGTERM or SIGHUP (a closed terminal) drains: each worker gets
 SIGTERM (finish the current task, then exit), and whatever is still running
@@ -55,6 +55,9 @@ _HUNG_FLOOR_S = 5.0
 # outage) writes its first byte late: silence counts only after this, and after it
 # only while the starting process also uses no CPU (see ``_Slot.starting``).
 _STARTUP_GRACE_S = 30.0
+# However busy, a worker that has not written its first byte after this long is hung
+# (a busy loop in an import): ten graces.
+_STARTUP_CAP_S = 10 * _STARTUP_GRACE_S
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,16 @@ class Fleet:
         """Read what the worker wrote to its liveness pipe; True if it has been silent too long.
 
         Before its first byte, a worker whose CPU time grew since the last look
-        counts as heard: it is still starting, not stopped or stuck.
+        counts as heard: it is still starting, not stopped or stuck; up to
+        ``_STARTUP_CAP_S``, after which no start-up is slow, only hung.
         """
         try:
             if os.read(slot.liveness, 4096):
                 slot.heard_at, slot.starting = now, False
         except BlockingIOError:
             pass  # nothing since the last look
+        if slot.starting and now - slot.started > _STARTUP_CAP_S:
+            return True
         if slot.starting and slot.process is not None:
             ticks = _cpu_ticks(slot.process.pid)
             if ticks is not None and ticks != slot.cpu_ticks:

@@ -207,13 +207,12 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
-    if not scope.startswith(("app:", "user:")):
-        # Checked before parsing: the parser's message lists job: and temp: too, which
-        # only a job's own workers write.
+    try:
+        where: Scope | None = Scope.parse(scope)
+    except ValueError:  # its message lists job: and temp: too, which only workers write
+        where = None
+    if where is None or not where.wide:
         raise CoordinatorError(f"--scope: memory add writes app: or user:<id>:, not {scope!r}")
-    where = _scope(scope)
-    if not where.wide:
-        raise CoordinatorError("--scope: memory add writes app: or user:<id>:")
     if kind not in ("fact", "decision", "preference"):
         raise CoordinatorError(f"--kind: expected fact, decision or preference, not {kind!r}")
     item_kind: ItemKind = kind  # type: ignore[assignment]
@@ -288,7 +287,8 @@ def forget(
         views.write_line(one_line(f"{would}redacted {name}"))
     for item_id in report.unsearched:
         views.write_line(
-            f"not searched for quotes (text under {MIN_QUOTE_CHARS} characters): {item_id}"
+            f"text not looked for in records (under {MIN_QUOTE_CHARS} characters; "
+            f"its identifiers were): {item_id}"
         )
     views.write_line(
         f"{len(report.removed)} item(s) {would}removed, "

@@ -9,7 +9,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .names import check_name
-from .redact import looks_secret
 
 
 class Role(StrEnum):
@@ -96,13 +95,6 @@ class JobSpec(_Record):
     def _goal_not_blank(cls, goal: str) -> str:
         if not goal.strip():
             raise ValueError("goal must not be blank")
-        if looks_secret(goal):
-            # A goal reaches every prompt, event, log and memory of the job: as memory
-            # writes do, refuse it rather than spread the secret.
-            raise ValueError(
-                "goal holds what looks like a secret (a key, a token, a password): "
-                "give the workers secrets through their environment, not the goal"
-            )
         return goal.strip()
 
 

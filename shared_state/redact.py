@@ -19,14 +19,17 @@ _TOKENS = re.compile(
     r"|AKIA[0-9A-Z]{16})\b"
     r"|(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{12,}"
 )
-# password=..., api_key: ..., token=... in query strings, config and environment dumps
-# (REDIS_PASSWORD=...). Not a path or an option ending in a name (/etc/passwd:, --token:), and
-# after a colon, where sentences go on too ("token: the ..."), only a value of
-# 6+ characters or one with a digit or a symbol.
+# password=..., api_key: ..., token=... in query strings, configs, headers, command lines
+# and environment or JSON dumps (REDIS_PASSWORD=, --password=, X-Api-Key:, "password":).
+# After a colon, where sentences go on too ("token: the ..."), only a value of 6+
+# characters or one with a digit or a symbol, and not after a path or an option
+# ending in a name (/etc/passwd:, --token:).
+_NAME = r"(?:password|passwd|api[_-]?key|secret|token|auth)\b[\"']?"
 _VALUE = r"[^\s&,;'\"]"
 _ASSIGNED = re.compile(
-    r"(?P<head>(?<![A-Za-z0-9/.-])(?:password|passwd|api[_-]?key|secret|token|auth)\b\s*"
-    rf"(?:=\s*|:\s*(?={_VALUE}{{6,}}|{_VALUE}*[0-9!@#$%^*_+/~-])))(?P<secret>{_VALUE}+)",
+    rf"(?P<head>(?<![A-Za-z0-9]){_NAME}\s*=\s*[\"']?"
+    rf"|(?<![A-Za-z0-9/])(?<!--){_NAME}\s*:\s*[\"']?"
+    rf"(?={_VALUE}{{6,}}|{_VALUE}*[0-9!@#$%^*_+/~-]))(?P<secret>{_VALUE}+)",
     re.IGNORECASE,
 )
 

@@ -157,7 +157,6 @@ class Runner:
         try:
             raw = self._call(name, keys, args, pending)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.events.defer_mirrored(pending)
             raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
         result = ScriptResult.parse(raw)
         self.events.defer(job_id, result.events)
@@ -176,7 +175,6 @@ class Runner:
         try:
             raws = self._call_many(name, calls, pending)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.events.defer_mirrored(pending)
             raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
         results: list[ScriptResult | redis.ResponseError] = []
         for (job_id, _, _), raw in zip(calls, raws, strict=True):
@@ -188,19 +186,39 @@ class Runner:
             results.append(result)
         return results
 
-    def _call_many(
-        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
-    ) -> list[Any]:
+    def _pipeline(self, pending: list) -> redis.client.Pipeline:
+        """A pipeline whose first command writes the mirror batch ``pending``, if any."""
         pipe = self.client.pipeline(transaction=False)
         if pending:
             self.events.queue_mirror(pipe, pending)
+        return pipe
+
+    def _send(self, pipe: redis.client.Pipeline, pending: list) -> list[Any]:
+        """Execute a ``_pipeline``; the replies after the batch's.
+
+        The batch is settled here, once, whatever happens: written, or put
+        back for the next flush (its command failed: OOM, READONLY; or the
+        connection was lost), and never put back again by a retry after it.
+        """
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.events.defer_mirrored(pending)
+            raise
+        if not pending:
+            return replies
+        mirrored, *rest = replies
+        if isinstance(mirrored, Exception):
+            self.events.defer_mirrored(pending)
+        return rest
+
+    def _call_many(
+        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
+    ) -> list[Any]:
+        pipe = self._pipeline(pending)
         for _, keys, args in calls:
             evalsha(pipe, name, keys, args)
-        replies = pipe.execute(raise_on_error=False)
-        if pending:
-            mirrored, *replies = replies
-            if isinstance(mirrored, Exception):
-                self.events.defer_mirrored(pending)  # as in ``_call``: the next flush retries
+        replies = self._send(pipe, pending)
         unrun = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if unrun:
             # The server lost its script cache (restart, SCRIPT FLUSH): load, send those again.
@@ -214,23 +232,13 @@ class Runner:
         return replies
 
     def _call(self, name: str, keys: list[str], args: list[Any], pending: list) -> Any:
-        if pending:
-            pipe = self.client.pipeline(transaction=False)
-            self.events.queue_mirror(pipe, pending)
-            evalsha(pipe, name, keys, args)
-            mirrored, raw = pipe.execute(raise_on_error=False)
-            if isinstance(mirrored, Exception):
-                # The batch's one command failed (OOM, READONLY): the next flush retries it.
-                self.events.defer_mirrored(pending)
-            if not isinstance(raw, redis.exceptions.NoScriptError):
-                if isinstance(raw, Exception):
-                    raise raw
-                return raw
-        else:
-            try:
-                return evalsha(self.client, name, keys, args)
-            except redis.exceptions.NoScriptError:
-                pass
+        pipe = self._pipeline(pending)
+        evalsha(pipe, name, keys, args)
+        (raw,) = self._send(pipe, pending)
+        if not isinstance(raw, redis.exceptions.NoScriptError):
+            if isinstance(raw, Exception):
+                raise raw
+            return raw
         # The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
         load(self.client, name)
         return evalsha(self.client, name, keys, args)

@@ -123,6 +123,10 @@ def test_show_strips_control_characters_unless_raw(state: State, redis_url) -> N
         ("REDIS_PASSWORD=xyz", "REDIS_PASSWORD=***"),
         ("url?token=abc&x=1", "url?token=***&x=1"),
         ("secret: s3", "secret: ***"),
+        ("mysql --password=s3cretpw", "mysql --password=***"),
+        ("X-Api-Key: 0123456789abcdef", "X-Api-Key: ***"),
+        ("db.password: hunter22", "db.password: ***"),
+        ('{"password": "hunter22"}', '{"password": "***"}'),
         # Sentences, paths and options that only mention a name keep their words.
         ("/etc/passwd: a file where 'slug.py' needs a folder", None),
         ("token: the dashboard refuses", None),

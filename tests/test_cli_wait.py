@@ -94,6 +94,10 @@ def test_up_burst_says_fleet_of_1_worker_and_prints_a_summary_line(state: State,
     slotted = run("up", "--burst", "--planners", "1", "--coders", "2", "--reviewers", "0",
                   url=redis_url)  # fmt: skip
     assert "redfleet: fleet of 3 workers x 4 slots, provider scripted" in slotted.stderr
+    idle = run("up", "--burst", "--planners", "0", "--coders", "0", "--reviewers", "0",
+               url=redis_url)  # fmt: skip
+    assert idle.returncode == 0, idle.stderr
+    assert "fleet of 0 workers (no task runs here: the reaper only)" in idle.stderr
     (line,) = proc.stdout.splitlines()
     assert line.startswith("fleet stopped: reaped 0 expired attempts (0 dead)")
     assert "0 worker restarts, 0 hung workers killed" in line

@@ -68,13 +68,15 @@ def test_bad_input_is_one_line_naming_what_was_wrong(state: State, redis_url: st
     assert_one_line_error(run("memory", "forget", url=redis_url), "ITEM_ID")
     assert_one_line_error(run("memory", "list", "--scope", "nope", url=redis_url), "--scope")
     assert_one_line_error(run("memory", "search", " ", url=redis_url), "QUERY")
-    empty_id = run("memory", "add", "x", "--scope", "user:", url=redis_url)
+    empty_id = run("memory", "list", "--scope", "user:", url=redis_url)
     assert_one_line_error(empty_id, "--scope: scope user: id '' is not a valid name")
     assert "pydantic" not in empty_id.stderr and "validation error" not in empty_id.stderr
     # memory add names the scopes it writes, not every scope there is.
-    assert_one_line_error(
-        run("memory", "add", "x", "--scope", "nope", url=redis_url), "app: or user:<id>:"
-    )
+    for scope in ("nope", "user:", "job:j-1:"):
+        refused = run("memory", "add", "x", "--scope", scope, url=redis_url)
+        assert_one_line_error(refused, f"memory add writes app: or user:<id>:, not {scope!r}")
+    # The trailing colon may be left out, as everywhere a scope is read.
+    assert run("memory", "add", "ours", "--scope", "app", url=redis_url).returncode == 0
     assert_one_line_error(run("submit", "a goal", "--tenant", "x{y}", url=redis_url), "tenant")
 
 

@@ -572,6 +572,19 @@ def test_a_quote_is_matched_whole_never_inside_a_longer_word_or_identifier(
     assert state.artifacts(job.job_id).text(notes.id) == (
         "moved to [forgotten] today; eu-west-10 and xeu-west-1 stay"
     )
+    # As JSON writes text: after an escape, and with "_" running on, it is still found.
+    state.client.hset(
+        keys.checkpoints(job.job_id),
+        "t-1",
+        json.dumps({"notes": "Memory:\n\u201cdeploy region eu-west-1\u201d", "f": "eu-west-1_a"}),
+    )
+    store.write(
+        c, claim("deploy region eu-west-1", f"job:{job.job_id}:", SourceKind.USER, key="r2")
+    )
+    again = next(i for i in store.items(c, operator=True) if i.key == "r2")
+    store.forget(c, [again.id])
+    kept = state.client.hget(keys.checkpoints(job.job_id), "t-1").decode()
+    assert "eu-west-1" not in kept.replace("eu-west-10", "") and kept.count("[forgotten]") == 2
 
 
 def test_a_dry_run_reports_what_the_forget_then_does_and_changes_nothing(

@@ -46,7 +46,7 @@ from typing import Any
 import redis
 import structlog
 
-from shared_state import ConnectionFailed, State, StateError, TaskStore
+from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore
 from shared_state.client import ClientOptions, sibling
 from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
@@ -205,15 +205,18 @@ class Heartbeat(threading.Thread):
         One pipeline, so that a tick costs the same round trip with 1 slot or
         1,000 (one call each would make a tick slots x RTT long).
         """
-        held = [(lease, claim) for lease in self.leases if (claim := lease.renewing()) is not None]
-        if not held:
-            return
-        sent_at = time.monotonic()
-        outcomes: list[int | StateError] | list[None] = [None] * len(held)
+        sent_at = time.monotonic()  # before any is sent: the local deadline errs early
+        held: list[tuple[Lease, Claim]] = []
+        outcomes: list[int | StateError] = []
         try:
-            outcomes = self._tasks.renew_many([claim for _, claim in held], self.lease_ms)
-        finally:  # a lost connection included: every slot's owner may write again
-            for (lease, claim), outcome in zip(held, outcomes, strict=True):
+            for lease in self.leases:
+                if (claim := lease.renewing()) is not None:
+                    held.append((lease, claim))
+            if held:
+                outcomes = self._tasks.renew_many([claim for _, claim in held], self.lease_ms)
+        finally:  # also after a lost connection (no outcomes): every owner may write again
+            answered = outcomes if len(outcomes) == len(held) else [None] * len(held)
+            for (lease, claim), outcome in zip(held, answered, strict=True):
                 lease.renewed(claim, sent_at, outcome)
                 if isinstance(outcome, StateError) and not isinstance(outcome, REFUSALS):
                     log.warning("heartbeat.renew_failed", worker=self.worker_id,

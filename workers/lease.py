@@ -111,11 +111,15 @@ class Lease:
         """
         if not self._write_lock.acquire(blocking=False):
             return None
-        claim = self.claim
-        if claim is None or self.expired():
+        try:
+            claim = self.claim
+            if claim is not None and not self.expired():
+                return claim
+        except BaseException:
             self._write_lock.release()
-            return None
-        return claim
+            raise
+        self._write_lock.release()
+        return None
 
     def renewed(self, claim: Claim, sent_at: float, outcome: int | Exception | None) -> None:
         """The renewal of ``claim`` sent at monotonic ``sent_at`` is over; let the owner write.

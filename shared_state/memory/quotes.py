@@ -4,13 +4,14 @@ A forgotten item's text is looked for whole, as written and as JSON escapes
 it, and cut as recall (600 characters) and episodes (300) quote a long one;
 so are its identifiers on their own, since the context engine pins
 identifiers apart from their sentence. A match is whole: never inside a
-longer word or identifier, so forgetting ``eu-west-1`` leaves ``eu-west-10``.
+longer word or identifier, so forgetting ``eu-west-1`` leaves ``eu-west-10``
+(``_`` and an escape like ``\n`` before it do not make it part of a word).
 
-A text shorter than ``MIN_QUOTE_CHARS`` is not looked for at all: "y" or
-"is" cannot be told from the same letters in other text, and looking for
-them would rewrite every record of the tenant. Such an item is still
-removed with all derived from it by provenance; the forget report lists it
-as ``unsearched``, so that the limit is never silent.
+A text shorter than ``MIN_QUOTE_CHARS`` is not looked for whole (its
+identifiers still are): "y" or "is" cannot be told from the same letters in
+other text, and looking for them would rewrite every record of the tenant.
+Such an item is still removed with all derived from it by provenance; the
+forget report lists it as ``unsearched``, so that the limit is never silent.
 """
 
 from __future__ import annotations
@@ -34,11 +35,34 @@ _OWN_ID = re.compile(
 )
 
 
-def _whole(needle: str) -> str:
-    """``needle`` as a pattern that matches it only where no word character runs on."""
-    head = r"(?<!\w)" if re.match(r"\w", needle) else ""
-    tail = r"(?!\w)" if re.search(r"\w$", needle) else ""
-    return f"{head}{re.escape(needle)}{tail}"
+# A match stands on its own: no letter or digit runs on at either end ("_" does not
+# count: ACCT-7Q2X9_invoice.pdf holds the identifier). In JSON text a quote may also
+# follow an escape (\n, \u201c) whose last character is a letter or digit.
+_HEAD = r"(?:(?<![^\W_])|(?<=\\[nrtbf])|(?<=\\u[0-9a-fA-F]{4}))"
+_TAIL = r"(?![^\W_])"
+# What Lua's %s trims too (the forget script counts a text's length the same way).
+_ASCII_SPACE = " \t\n\v\f\r"
+
+
+def _pattern(needles: list[str]) -> re.Pattern[str] | None:
+    """One pattern for all ``needles``, each matched whole, the longest first.
+
+    The boundaries sit outside the alternation, one group per kind of ends
+    (a needle that starts or ends with a separator needs no boundary there):
+    an alternation whose every branch starts with a lookbehind is tried
+    branch by branch at every position, hundreds of times slower.
+    """
+    groups: dict[tuple[bool, bool], list[str]] = {}
+    for needle in sorted(needles, key=len, reverse=True):
+        ends = (bool(re.match(r"[^\W_]", needle)), bool(re.search(r"[^\W_]$", needle)))
+        groups.setdefault(ends, []).append(re.escape(needle))
+    if not groups:
+        return None
+    branches = [
+        f"{_HEAD if head else ''}(?:{'|'.join(alts)}){_TAIL if tail else ''}"
+        for (head, tail), alts in groups.items()
+    ]
+    return re.compile("|".join(branches))
 
 
 class Quotes:
@@ -48,19 +72,18 @@ class Quotes:
         found: dict[str, None] = {}
         self.unsearched: list[str] = []
         for text in texts:
-            if len(text.strip()) >= MIN_QUOTE_CHARS:
+            if len(text.strip(_ASCII_SPACE)) >= MIN_QUOTE_CHARS:
                 for quoted in {text, text[:600], text[:300]}:
                     found[quoted] = None
-                    found[json.dumps(quoted)[1:-1]] = None
+                    found[json.dumps(quoted)[1:-1]] = None  # json.dumps, pydantic: escaped
+                    found[json.dumps(quoted, ensure_ascii=False)[1:-1]] = None
             else:
                 self.unsearched.append(text)
             for token in _IDENTIFIER.findall(text):
                 mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
                 if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
                     found[token] = None
-        # Longest first: a text is redacted whole before any identifier inside it.
-        needles = sorted(found, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(_whole, needles))) if needles else None
+        self._pattern = _pattern(list(found))
 
     def __bool__(self) -> bool:
         return self._pattern is not None
