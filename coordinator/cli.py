@@ -717,6 +717,8 @@ def resume_cmd(
     keeps its evidence.
     """
     _check_job_id(job_id)
+    if timeout_s is not None and not wait:
+        raise CoordinatorError("--timeout: only with --wait")
     age_ms = _duration_ms(max_evidence_age, "--max-evidence-age") if max_evidence_age else None
     settings = Settings()
     with open_state(settings) as state:
@@ -787,6 +789,8 @@ def retry(
     was unreachable, a budget too small): a retry runs the same tasks.
     """
     _check_job_id(job_id)
+    if timeout_s is not None and not wait:
+        raise CoordinatorError("--timeout: only with --wait")
     settings = Settings()
     with open_state(settings) as state:
         requeued = state.jobs.retry(job_id)

@@ -73,3 +73,5 @@ def test_retry_wait_gives_up_after_its_timeout_and_the_job_goes_on(
     assert proc.returncode == 1, proc.stderr
     assert "gave up waiting for job" in proc.stderr and "not cancelled" in proc.stderr
     assert state.jobs.get(job.job_id).status == "running"  # retried, nobody serves it
+    alone = run("retry", job.job_id, "--timeout", "1", url=redis_url)
+    assert_one_line_error(alone, "--timeout: only with --wait")
