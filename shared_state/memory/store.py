@@ -85,8 +85,8 @@ class ForgetReport:
 
     removed: list[Removed] = field(default_factory=list)
     redacted: list[str] = field(default_factory=list)  # keys rewritten or entries deleted
-    # Items whose text is too short to look for its quotes (``quotes.MIN_QUOTE_CHARS``):
-    # removed with all derived from them, but their quotes in records are left.
+    # Items whose text is too short to look for whole (``quotes.MIN_QUOTE_CHARS``):
+    # removed with all derived from them; in records only their identifiers are redacted.
     unsearched: list[str] = field(default_factory=list)
     dry_run: bool = False  # what a forget would do: nothing was removed or redacted
 
