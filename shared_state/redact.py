@@ -20,11 +20,17 @@ _TOKENS = re.compile(
     r"|(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{12,}"
 )
 # password=..., api_key: ..., token=... in query strings, configs, headers, command lines
-# and environment or JSON dumps (REDIS_PASSWORD=, --password=, X-Api-Key:, "password":).
+# and environment or JSON dumps (REDIS_PASSWORD=, AWS_SECRET_ACCESS_KEY=, --password=,
+# X-Api-Key:, "password":).
 # After a colon, where sentences go on too ("token: the ..."), only a value of 6+
 # characters or one with a digit or a symbol, and not after a path or an option
 # ending in a name (/etc/passwd:, --token:).
-_NAME = r"(?:password|passwd|api[_-]?key|secret|token|auth)\b[\"']?"
+_NAME = (
+    r"(?:password|passwd|api[_-]?key|secret|token|auth"
+    # the compound names of keys and tokens: AWS_SECRET_ACCESS_KEY, CLIENT_SECRET, ...
+    r"|(?:secret[_-]?)?access[_-]?key|(?:secret|private|signing)[_-]?key|client[_-]?secret"
+    r"|(?:access|refresh|auth|api|bearer)[_-]?token)\b[\"']?"
+)
 _VALUE = r"[^\s&,;'\"]"
 _ASSIGNED = re.compile(
     rf"(?P<head>(?<![A-Za-z0-9]){_NAME}\s*=\s*[\"']?"

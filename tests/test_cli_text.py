@@ -127,6 +127,10 @@ def test_show_strips_control_characters_unless_raw(state: State, redis_url) -> N
         ("X-Api-Key: 0123456789abcdef", "X-Api-Key: ***"),
         ("db.password: hunter22", "db.password: ***"),
         ('{"password": "hunter22"}', '{"password": "***"}'),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI", "AWS_SECRET_ACCESS_KEY=***"),
+        ("GITHUB_ACCESS_TOKEN=abc", "GITHUB_ACCESS_TOKEN=***"),
+        ("client_secret: 9f8e7d6c", "client_secret: ***"),
+        ("input_tokens=123 token_budget=5", None),
         # Sentences, paths and options that only mention a name keep their words.
         ("/etc/passwd: a file where 'slug.py' needs a folder", None),
         ("token: the dashboard refuses", None),
