@@ -27,6 +27,7 @@ from shared_state.memory import (
     Scope,
     SourceKind,
 )
+from shared_state.memory.quotes import Quotes
 from shared_state.memory.recall import Recall
 
 APP = Scope.parse("app:")
@@ -603,3 +604,14 @@ def test_a_dry_run_reports_what_the_forget_then_does_and_changes_nothing(
     assert {k: _dump(state, k) for k in state.client.scan_iter()} == everything
     done = store.forget(c, [root.id])
     assert (done.removed, done.redacted) == (dry.removed, dry.redacted)
+
+
+def test_where_several_quotes_start_the_longest_is_redacted_whole() -> None:
+    # ``long`` and its 600-character cut both match where it starts; a longer text of
+    # another shape comes first among the needles. The whole of ``long`` must go.
+    long = "deploy notes for ops: " + "rotate the canary weekly, " * 30 + "then ship."
+    longer = "incident log " * 90 + "7"
+    quotes = Quotes([long, longer])
+    # The cut ends a word (a quote of it stands on its own), the whole text does not.
+    assert long[599].isalnum() and long[600] == " " and not long[-1].isalnum()
+    assert quotes.scrub(f"before {long} after") == "before [forgotten] after"

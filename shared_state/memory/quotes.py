@@ -38,31 +38,19 @@ _OWN_ID = re.compile(
 # A match stands on its own: no letter or digit runs on at either end ("_" does not
 # count: ACCT-7Q2X9_invoice.pdf holds the identifier). In JSON text a quote may also
 # follow an escape (\n, \u201c) whose last character is a letter or digit.
-_HEAD = r"(?:(?<![^\W_])|(?<=\\[nrtbf])|(?<=\\u[0-9a-fA-F]{4}))"
-_TAIL = r"(?![^\W_])"
+_ALNUM = re.compile(r"[^\W_]")
+_ESCAPE_BEFORE = re.compile(r"(?:\\[nrtbf]|\\u[0-9a-fA-F]{4})$")
 # What Lua's %s trims too (the forget script counts a text's length the same way).
 _ASCII_SPACE = " \t\n\v\f\r"
 
 
-def _pattern(needles: list[str]) -> re.Pattern[str] | None:
-    """One pattern for all ``needles``, each matched whole, the longest first.
-
-    The boundaries sit outside the alternation, one group per kind of ends
-    (a needle that starts or ends with a separator needs no boundary there):
-    an alternation whose every branch starts with a lookbehind is tried
-    branch by branch at every position, hundreds of times slower.
-    """
-    groups: dict[tuple[bool, bool], list[str]] = {}
-    for needle in sorted(needles, key=len, reverse=True):
-        ends = (bool(re.match(r"[^\W_]", needle)), bool(re.search(r"[^\W_]$", needle)))
-        groups.setdefault(ends, []).append(re.escape(needle))
-    if not groups:
-        return None
-    branches = [
-        f"{_HEAD if head else ''}(?:{'|'.join(alts)}){_TAIL if tail else ''}"
-        for (head, tail), alts in groups.items()
-    ]
-    return re.compile("|".join(branches))
+def _whole(match: re.Match[str]) -> bool:
+    """Whether ``match`` stands on its own in its text (see above)."""
+    text, start, end = match.string, match.start(), match.end()
+    runs_on = start > 0 and _ALNUM.match(text, start) and _ALNUM.match(text, start - 1)
+    if runs_on and not _ESCAPE_BEFORE.search(text, max(0, start - 6), start):
+        return False
+    return not (end < len(text) and _ALNUM.match(text, end - 1) and _ALNUM.match(text, end))
 
 
 class Quotes:
@@ -83,16 +71,22 @@ class Quotes:
                 mixed = any(c.isalpha() for c in token) or any(not c.isalnum() for c in token)
                 if any(c.isdigit() for c in token) and mixed and not _OWN_ID.match(token):
                     found[token] = None
-        self._pattern = _pattern(list(found))
+        # Plain literals, longest first, so that at any place the longest needle wins (a
+        # whole text over its 600-character cut, over an identifier in it); a match
+        # that does not stand on its own is left (``_whole``).
+        needles = sorted(found, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, needles))) if needles else None
 
     def __bool__(self) -> bool:
         return self._pattern is not None
 
     def found_in(self, text: str) -> bool:
-        return self._pattern is not None and self._pattern.search(text) is not None
+        return self._pattern is not None and any(map(_whole, self._pattern.finditer(text)))
 
     def scrub(self, text: str) -> str:
-        return text if self._pattern is None else self._pattern.sub(REDACTED, text)
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda m: REDACTED if _whole(m) else m.group(0), text)
 
 
 def scrub_hash(
