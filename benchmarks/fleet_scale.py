@@ -90,6 +90,7 @@ from typing import Any, ClassVar
 import httpx
 import psutil
 import redis
+from leftovers import still_running
 from rich.console import Console
 from rich.table import Table
 
@@ -345,13 +346,8 @@ class Fleet:
         return ended
 
     def orphans(self) -> list[int]:
-        alive = []
-        for pid, created in self.seen.items():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-        return alive
+        """Worker processes seen during the run that are still alive."""
+        return still_running(self.seen)
 
 
 # -- sampling while a load runs --------------------------------------------------------------

@@ -66,6 +66,7 @@ from typing import Any
 
 import psutil
 import redis
+from leftovers import still_running
 from rich.console import Console
 from rich.table import Table
 
@@ -203,13 +204,7 @@ class Rig:
 
     def orphans(self) -> list[int]:
         """Worker processes seen during the run that are still alive."""
-        alive = []
-        for pid, created in self.seen.items():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-        return alive
+        return still_running(self.seen)
 
     def close(self) -> None:
         for pid in self.orphans():  # ours: started by this run's fleet

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from shared_state import Child, Claim, Job, JobSpec, Role, Scenario, State
 
 
@@ -15,3 +19,16 @@ def job_with_children(
     parent = root.claim
     ids = state.tasks.spawn(parent, "review", [Child(Role.CODER, f"c{i}") for i in range(n)])
     return job, parent, ids
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def run_benchmark(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``benchmarks/<script> ARGS`` as a user runs it, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import run_benchmark
 
 
 def test_claims_benchmark_quick_run_reports_the_ratios_beside_the_raw_rates() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "claims.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("claims.py", "--quick", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     for ratio in ("lua_vs_watch", "claims_vs_evalsha", "fleet_vs_rq"):
@@ -41,12 +33,7 @@ SOAK_TINY = [
 
 
 def test_soak_tiny_run_injects_every_fault_and_accounts_for_every_job() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), *SOAK_TINY, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("soak.py", *SOAK_TINY, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert set(doc["faults"]) == {
@@ -65,23 +52,13 @@ def test_soak_tiny_run_injects_every_fault_and_accounts_for_every_job() -> None:
 
 
 def test_soak_refuses_an_unknown_fault_as_a_usage_error() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--faults", "redis_kill,flood"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_benchmark("soak.py", "--faults", "redis_kill,flood", timeout=60)
     assert proc.returncode == 2
     assert "unknown fault" in proc.stderr
 
 
 def test_memory_eval_quick_run_holds_its_checks() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "memory_eval.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("memory_eval.py", "--quick", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert doc["canary"]["canary_before"] > 0 and doc["canary"]["canary_left"] == 0
@@ -98,12 +75,7 @@ def test_memory_eval_quick_run_holds_its_checks() -> None:
 
 
 def test_fleet_scale_quick_run_measures_fleet_a_and_accounts_for_every_call() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet_scale.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("fleet_scale.py", "--quick", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     (a, *rest) = doc["loads"]
@@ -129,11 +101,6 @@ GOAL_NAMES = ("running_tasks", "mb_per_agent", "throughput_share")
 
 
 def test_fleet_scale_refuses_a_load_without_slots_as_a_usage_error() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet_scale.py"), "--loads-b", "10x0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_benchmark("fleet_scale.py", "--loads-b", "10x0", timeout=60)
     assert proc.returncode == 2
     assert "PROCESSESxSLOTS" in proc.stderr

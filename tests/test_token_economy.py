@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import run_benchmark
+
 STRATEGIES = {"naive", "sliding_window", "rolling_summary", "hybrid", "redfleet"}
 FIELDS = {
     "total_input_tokens",
@@ -27,12 +25,7 @@ FIELDS = {
 
 
 def test_token_economy_reports_every_strategy_on_both_workloads() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "token_economy.py"), "--json", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("token_economy.py", "--json", "--quick")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     for workload in ("enrichment", "audit_300"):
