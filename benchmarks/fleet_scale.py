@@ -90,7 +90,7 @@ from typing import Any, ClassVar
 import httpx
 import psutil
 import redis
-from leftovers import still_running
+from fleet_procs import still_running, workers_of
 from rich.console import Console
 from rich.table import Table
 
@@ -300,17 +300,8 @@ class Fleet:
         self.seen: dict[int, float] = {}
 
     def workers(self) -> list[psutil.Process]:
-        try:
-            children = psutil.Process(self.proc.pid).children()
-        except psutil.NoSuchProcess:
-            return []
-        found = []
-        for proc in children:
-            with contextlib.suppress(psutil.Error):
-                if "worker" in proc.cmdline():
-                    self.seen.setdefault(proc.pid, proc.create_time())
-                    found.append(proc)
-        return found
+        """The fleet's worker processes now (also remembered for the orphan check)."""
+        return workers_of(self.proc.pid, self.seen)
 
     def logged(self, event: str) -> int:
         """How many times the fleet's log (supervisor and workers) names ``event`` so far."""

@@ -66,7 +66,7 @@ from typing import Any
 
 import psutil
 import redis
-from leftovers import still_running
+from fleet_procs import still_running, workers_of
 from rich.console import Console
 from rich.table import Table
 
@@ -163,17 +163,7 @@ class Rig:
 
     def workers(self) -> list[psutil.Process]:
         """The fleet's worker processes now (also remembered for the orphan check)."""
-        try:
-            children = psutil.Process(self.fleet.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-        found = []
-        for proc in children:
-            with contextlib.suppress(psutil.Error):
-                if "worker" in proc.cmdline():
-                    self.seen.setdefault(proc.pid, proc.create_time())
-                    found.append(proc)
-        return found
+        return workers_of(self.fleet.pid, self.seen)
 
     def kill_redis(self) -> None:
         self.server.process.kill()
