@@ -11,6 +11,7 @@ overwritten without ``force``; every check passes before the first write.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from shared_state import State
 from .errors import CoordinatorError
 
 VERDICTS_DIR = ".redfleet/verdicts"
+TMP_SUFFIX = ".redfleet-tmp"
 
 
 @dataclass
@@ -88,8 +90,24 @@ def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: 
     out = Exported(dest)
     for rel, target in targets.items():
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.redfleet-tmp")
-        tmp.write_text(planned[rel], encoding="utf-8")
-        os.replace(tmp, target)  # a reader never sees half a file
+        _write_whole(target, planned[rel])
         out.files.append(rel)
     return out
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Write ``target`` through a new temporary file beside it, then rename it into place.
+
+    A reader never sees half a file, and the temporary file is created new
+    (``mkstemp``: exclusive, never through a link), so nothing planted at its
+    name can send the write outside the folder.
+    """
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TMP_SUFFIX)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -114,12 +114,16 @@ class MemoryArtifacts:
 
 
 class ArtifactStore:
-    """The artifacts of one job, in Redis (expiring with the job's retention)."""
+    """The artifacts of one job, in Redis: kept while the job runs, however long it takes.
 
-    def __init__(self, client: redis.Redis, job_id: str, *, retention_s: int) -> None:
+    Their expiry starts when the job finishes (``JobStore`` sets it with the
+    job's other keys), never at write time: a long job never loses its
+    feature list or inputs to a retention shorter than itself.
+    """
+
+    def __init__(self, client: redis.Redis, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
-        self.retention_s = retention_s
 
     def put(
         self,
@@ -132,13 +136,17 @@ class ArtifactStore:
     ) -> ArtifactRef:
         ref = make_ref(content, kind=kind, title=title, source=source, trust=trust)
         key = keys.artifact(self.job_id, ref.id)
-        with self.client.pipeline() as pipe:
+        with self.client.pipeline() as pipe:  # MULTI: the write and the job's clock at once
             pipe.hset(key, mapping={**ref.model_dump(mode="json"), "content": content})
-            pipe.expire(key, self.retention_s)
             # The latest time it was stored: content-addressed, a check's log written again
             # by a new run is the same artifact, and its age is the new run's.
             pipe.zadd(keys.artifacts(self.job_id), {ref.id: int(time.time() * 1000)})
-            pipe.execute()
+            pipe.pttl(keys.job(self.job_id))
+            *_, job_ttl_ms = pipe.execute()
+        if job_ttl_ms > 0:
+            # Written after the job finished (its clock runs): it goes when the job goes.
+            # Before, the job's finish finds it in the index and sets its expiry then.
+            self.client.pexpire(key, job_ttl_ms)
         return ref
 
     def get(self, artifact_id: str) -> ArtifactRef:

@@ -57,12 +57,24 @@ class TaskNotFound(NotFound):
 
 
 class Fenced(StateError):
-    """The caller's fencing token is stale: another worker owns the task now."""
+    """The caller no longer owns the task: its fencing token is stale, its lease ran out,
+    or the task's current token is held by another worker (a rewound record)."""
 
-    def __init__(self, task_id: str, token: int, current: dict[str, Any]) -> None:
+    def __init__(self, task_id: str, token: int, current: dict[str, Any], owner: str) -> None:
         if current.get("status") == "expired":
             # Still this token's on paper, but its lease ran out: a successor may claim it.
             why = f"the lease of token {token} has expired"
+        elif (
+            current.get("status") == "claimed"
+            and str(current.get("token")) == str(token)
+            and current.get("owner") != owner
+        ):
+            # The same token under another owner: the task's record was rewound by lost
+            # writes and claimed again; the owner check is what refuses this writer.
+            why = (
+                f"token {token} is owned by {current.get('owner') or 'nobody'} now "
+                "(the task's record was rewound and claimed again)"
+            )
         else:
             why = (
                 f"token {token} is stale (now {current.get('status')} with token "

@@ -212,7 +212,7 @@ class JobStore:
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
         job_keys = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
         job_keys += [keys.queued(job_id), keys.tasks(job_id)]
-        res = self.runner.run("cancelJob", job_id, job_keys, [reason])
+        res = self.runner.run("cancelJob", job_id, job_keys, [redact(reason)])
         if res.code == Code.NOT_FOUND:
             raise JobNotFound(job_id)
         if res.code == Code.JOB_FINISHED:
@@ -380,13 +380,16 @@ class JobStore:
         """
         ttl_ms = int(retention_ms) if retention_ms else self.retention_s * 1000
         now = server_ms(self.client)
-        artifacts = [
-            keys.artifact(job_id, a.decode())
-            for a in self.client.zrange(keys.artifacts(job_id), 0, -1)
-        ]
         with self.client.pipeline(transaction=False) as pipe:
-            for key in [*keys.job_keys(job_id), *extra, *artifacts]:
+            for key in [*keys.job_keys(job_id), *extra]:
                 pipe.pexpire(key, ttl_ms)
             pipe.zadd(keys.EXPIRING_JOBS, {job_id: now + ttl_ms if retention_ms else now})
             pipe.srem(keys.ACTIVE_JOBS, job_id)
+            pipe.execute()
+        # The artifacts are listed after the job's clock started: one stored since then
+        # sees that clock itself (``ArtifactStore.put``), one stored before is listed here.
+        artifacts = self.client.zrange(keys.artifacts(job_id), 0, -1)
+        with self.client.pipeline(transaction=False) as pipe:
+            for artifact_id in artifacts:
+                pipe.pexpire(keys.artifact(job_id, artifact_id.decode()), ttl_ms)
             pipe.execute()

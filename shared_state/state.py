@@ -96,7 +96,7 @@ class State:
         return Records(self.tasks, job_id)
 
     def artifacts(self, job_id: str) -> ArtifactStore:
-        return ArtifactStore(self.client, job_id, retention_s=self.jobs.retention_s)
+        return ArtifactStore(self.client, job_id)
 
     def locate_artifact(self, artifact_id: str) -> str:
         """The id of a kept job holding ``artifact_id`` (newest first); ArtifactNotFound if none."""

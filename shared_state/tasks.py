@@ -26,6 +26,7 @@ from .errors import (
     TaskNotFound,
 )
 from .models import Claim, Job, Role, Task
+from .redact import redact
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 
 
@@ -193,7 +194,8 @@ class TaskStore:
             "failTask",
             claim.job_id,
             _task_keys(claim.job_id, claim.task_id),
-            [claim.token, claim.owner, reason, int(retryable)],
+            # Masked where it enters: a reason quotes errors, and an error may quote a key.
+            [claim.token, claim.owner, redact(reason), int(retryable)],
         )
         self._check(res, claim)
         outcome = res.data["outcome"]
@@ -261,7 +263,7 @@ class TaskStore:
         if res.code == Code.OK:
             return
         if res.code == Code.FENCED:
-            raise Fenced(claim.task_id, claim.token, res.data)
+            raise Fenced(claim.task_id, claim.token, res.data, claim.owner)
         if res.code == Code.JOB_FINISHED:
             raise JobFinished(claim.job_id, res.data.get("job_status", "finished"))
         if res.code == Code.NOT_FOUND:
@@ -281,7 +283,7 @@ class TaskStore:
             "blockTask",
             claim.job_id,
             _task_keys(claim.job_id, claim.task_id),
-            [claim.token, claim.owner, question, approval_for, stage],
+            [claim.token, claim.owner, redact(question), approval_for, stage],
         )
         self._check(res, claim)
 

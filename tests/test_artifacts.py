@@ -12,7 +12,7 @@ from shared_state import ArtifactNotFound, ArtifactStore, MemoryArtifacts, Trust
 def store(request):
     if request.param == "memory":
         return MemoryArtifacts()
-    return ArtifactStore(fakeredis.FakeRedis(), "j-1", retention_s=60)
+    return ArtifactStore(fakeredis.FakeRedis(), "j-1")
 
 
 def test_the_same_content_gets_the_same_handle_and_the_text_round_trips(store) -> None:
@@ -28,9 +28,17 @@ def test_an_unknown_artifact_is_an_error(store) -> None:
         store.text("a-missing")
 
 
-def test_stored_artifacts_expire_with_the_retention_and_are_listed() -> None:
+def test_an_artifact_of_a_running_job_never_expires_and_is_listed() -> None:
     client = fakeredis.FakeRedis()
-    store = ArtifactStore(client, "j-1", retention_s=60)
+    store = ArtifactStore(client, "j-1")
     ref = store.put("hello", kind="note", trust=Trust.TRUSTED)
-    assert 0 < client.ttl(keys.artifact("j-1", ref.id)) <= 60
+    assert client.ttl(keys.artifact("j-1", ref.id)) == -1
     assert store.list() == [ref] and store.get(ref.id) == ref
+
+
+def test_an_artifact_written_after_its_job_finished_goes_with_the_job() -> None:
+    client = fakeredis.FakeRedis()
+    client.hset(keys.job("j-1"), "status", "succeeded")
+    client.expire(keys.job("j-1"), 60)  # the job's retention clock runs
+    ref = ArtifactStore(client, "j-1").put("late", kind="note")
+    assert 0 < client.ttl(keys.artifact("j-1", ref.id)) <= 60

@@ -61,8 +61,9 @@ def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     state.tasks.claim(job.job_id, job.root_task, "w-test", 60_000)
     claims = json.loads(run("claims", "--json", url=redis_url).stdout)
+    token = state.tasks.get(job.job_id, job.root_task).token
     assert [(c["task_id"], c["owner"], c["token"]) for c in claims] == [
-        (job.root_task, "w-test", 1)
+        (job.root_task, "w-test", token)
     ]
     assert 0 < claims[0]["lease_remaining_ms"] <= 60_000
     assert json.loads(run("workers", "--json", url=redis_url).stdout) == []
@@ -70,7 +71,7 @@ def test_claims_workers_and_logs_read_redis(state: State, redis_url) -> None:
     lines = run("logs", job.job_id, "--json", url=redis_url).stdout.splitlines()
     events = [json.loads(line) for line in lines]
     assert [e["event"] for e in events] == ["job.submitted", "task.queued", "task.claimed"]
-    assert events[2]["worker"] == "w-test" and events[2]["token"] == 1 and "ts" in events[2]
+    assert events[2]["worker"] == "w-test" and events[2]["token"] == token and "ts" in events[2]
 
 
 def test_logs_of_every_job_print_past_events_in_time_order(state: State, redis_url) -> None:

@@ -78,3 +78,22 @@ def test_a_symlink_in_the_folder_does_not_lead_out(state: State, tmp_path: Path)
     with pytest.raises(CoordinatorError, match="lands outside"):
         export_job(state, job_id, dest, force=True, verdicts=False)
     assert list(outside.iterdir()) == []
+
+
+def test_a_link_planted_at_a_temporary_name_is_never_written_through(
+    state: State, tmp_path: Path
+) -> None:
+    outside = tmp_path / "victim.txt"
+    outside.write_text("keep me\n")
+    dest = tmp_path / "out"
+    dest.mkdir()
+    # The names a temporary file of 'greet.py' had, and could have: all links to the victim.
+    for name in (".greet.py.redfleet-tmp", ".greet.py.x.redfleet-tmp"):
+        (dest / name).symlink_to(outside)
+    job_id = _job_with_files(state, {"greet.py": "def hi(): ...\n"})
+    export_job(state, job_id, dest, force=False, verdicts=False)
+    assert outside.read_text() == "keep me\n"
+    assert (dest / "greet.py").read_text() == "def hi(): ...\n"
+    assert not (dest / "greet.py").is_symlink()
+    leftovers = [p.name for p in dest.iterdir() if p.name.endswith(".redfleet-tmp")]
+    assert sorted(leftovers) == [".greet.py.redfleet-tmp", ".greet.py.x.redfleet-tmp"]

@@ -73,7 +73,7 @@ def test_tokens_strictly_increase_per_task_when_leases_expire_under_contention(
     assert sum(tokens_won.values()) == len(claimed)
     assert any(len(tokens) > 1 for tokens in per_task.values()), "no lease was ever taken over"
     for tokens in per_task.values():
-        assert tokens == list(range(1, len(tokens) + 1))
+        assert tokens == sorted(set(tokens))  # each claim a higher token, none repeated
 
 
 def _finish_child(url, parent_id, claim_json, barrier):

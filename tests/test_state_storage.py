@@ -10,8 +10,9 @@ import pytest
 from shared_state import EventLog, JobSpec, State, keys
 from shared_state.events import MIRROR_BATCH
 from shared_state.models import Event
-from shared_state.scripts import SCRIPTS
+from shared_state.scripts import SCRIPTS, server_ms
 
+from .conftest import wait_for
 from .helpers import job_with_children
 
 
@@ -41,6 +42,20 @@ def test_a_succeeded_job_starts_its_retention_clock_in_the_scripts(
     assert state.jobs.active() == []
 
 
+def test_a_job_running_past_its_retention_keeps_every_artifact(redis_url: str) -> None:
+    state = State.connect(redis_url, retention_s=1)
+    job = state.jobs.submit(JobSpec(goal="g"))
+    state.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    store = state.artifacts(job.job_id)
+    refs = [store.put(f"feature list v{i}", kind="features") for i in range(3)]
+    written_ms = server_ms(state.client)
+    wait_for(lambda: server_ms(state.client) > written_ms + 2_500, 10, "3 retentions to pass")
+    assert [store.text(r.id) for r in refs] == [f"feature list v{i}" for i in range(3)]
+    assert all(state.client.ttl(keys.artifact(job.job_id, r.id)) == -1 for r in refs)
+    state.jobs.cancel(job.job_id)  # the job ends: now its artifacts' clock starts
+    assert all(_expiring(state, keys.artifact(job.job_id, r.id), 1) for r in refs)
+
+
 def test_finalizing_a_cancelled_job_expires_its_unfinished_tasks(
     state: State, redis_url: str
 ) -> None:
@@ -65,13 +80,14 @@ def test_job_streams_are_capped(state: State, redis_url: str) -> None:
 
 def test_script_events_reach_the_global_stream_with_the_next_write(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    state.tasks.claim(job.job_id, job.root_task, "w1", 10_000)
+    claim = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     before = [e.event for e in state.events.read()]
     assert before == ["job.submitted", "task.queued"]  # task.claimed is queued for the mirror
     state.events.flush()
     mirrored = state.events.read()[-1]
     own = state.events.read(job.job_id)[-1]
-    assert (mirrored.event, mirrored.job_id, mirrored.token) == ("task.claimed", job.job_id, 1)
+    expected = ("task.claimed", job.job_id, claim.token)
+    assert (mirrored.event, mirrored.job_id, mirrored.token) == expected
     assert mirrored.ts == own.ts
 
 

@@ -16,7 +16,7 @@ def test_claim_succeeds_once_and_a_second_claim_is_refused(state: State) -> None
     job = state.jobs.submit(JobSpec(goal="g"))
     first = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000)
     second = state.tasks.claim(job.job_id, job.root_task, "w2", 10_000)
-    assert first is not None and first.claim.token == 1 and first.task.owner == "w1"
+    assert first is not None and first.claim.token >= 1 and first.task.owner == "w1"
     assert first.job.job_id == job.job_id
     assert second is None
     assert state.tasks.get(job.job_id, job.root_task).owner == "w1"
@@ -25,10 +25,10 @@ def test_claim_succeeds_once_and_a_second_claim_is_refused(state: State) -> None
 
 def test_claim_takes_over_an_expired_lease_with_a_higher_token(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
-    state.tasks.claim(job.job_id, job.root_task, "w1", 1)
+    first = state.tasks.claim(job.job_id, job.root_task, "w1", 1).claim
     wait_for(lambda: state.tasks.get(job.job_id, job.root_task).lease_until < _now(state))
     taken = state.tasks.claim(job.job_id, job.root_task, "w2", 10_000)
-    assert taken is not None and taken.claim.token == 2 and taken.task.attempt == 2
+    assert taken is not None and taken.claim.token > first.token and taken.task.attempt == 2
     requeued = events_named(state, job.job_id, "task.requeued")
     assert [e.model_extra["reason"] for e in requeued] == ["lease expired (owner w1)"]
 
@@ -37,7 +37,8 @@ def test_a_write_after_the_lease_ran_out_says_so(state: State) -> None:
     job, _, (child_id, *_) = job_with_children(state, 1)
     held = state.tasks.claim(job.job_id, child_id, "w1", 1).claim
     wait_for(lambda: state.tasks.get(job.job_id, child_id).lease_until < _now(state))
-    with pytest.raises(Fenced, match=f"task {child_id}: the lease of token 1 has expired$"):
+    expired = f"task {child_id}: the lease of token {held.token} has expired$"
+    with pytest.raises(Fenced, match=expired):
         state.tasks.renew(held, 10_000)
 
 
@@ -53,16 +54,17 @@ def test_a_stale_token_is_refused_on_every_write_and_recorded(state: State) -> N
         lambda: state.tasks.spawn(old, "x", [_child()]),
         lambda: state.records(job.job_id).write(old, checkpoint="{}", files={"a.py": "a-1"}),
     ):
-        with pytest.raises(Fenced, match=r"token 1 is stale .* token 2 owned by w2"):
+        stale = rf"token {old.token} is stale .* token {new.token} owned by w2"
+        with pytest.raises(Fenced, match=stale):
             write()
     fenced = events_named(state, job.job_id, "task.fenced")
     ops = [e.model_extra["op"] for e in fenced]
     assert ops == ["renew", "complete", "fail", "spawn", "write"]
     records = state.records(job.job_id)
     assert records.checkpoint(child_id) is None and records.files() == {}
-    assert all(e.worker == "w1" and e.token == 1 for e in fenced)
+    assert all(e.worker == "w1" and e.token == old.token for e in fenced)
     stored = state.tasks.get(job.job_id, child_id)
-    assert stored.status == TaskStatus.CLAIMED and stored.owner == "w2" and stored.token == 2
+    assert (stored.status, stored.owner, stored.token) == (TaskStatus.CLAIMED, "w2", new.token)
     state.tasks.complete(new, parent.task_id)
     assert state.tasks.get(job.job_id, child_id).status == TaskStatus.SUCCEEDED
 
@@ -86,7 +88,7 @@ def test_last_child_requeues_the_parent_exactly_once(state: State) -> None:
     resumed = state.tasks.get(job.job_id, parent.task_id)
     assert resumed.status == TaskStatus.QUEUED and resumed.stage == "review"
     again = state.tasks.claim(job.job_id, parent.task_id, "w9", 10_000)
-    assert again is not None and again.claim.token == 2
+    assert again is not None and again.claim.token > resumed.token
 
 
 def test_completing_the_root_task_completes_the_job(state: State) -> None:
@@ -175,7 +177,7 @@ def test_a_claim_or_completion_resent_by_its_owner_is_idempotent(state: State) -
     job, parent, (child_id,) = job_with_children(state, 1)
     first = state.tasks.claim(job.job_id, child_id, "w1", 60_000)
     again = state.tasks.claim(job.job_id, child_id, "w1", 60_000)  # a client retry
-    assert again is not None and again.claim.token == first.claim.token == 1
+    assert again is not None and again.claim.token == first.claim.token
     assert state.tasks.claim(job.job_id, child_id, "w2", 60_000) is None
     assert state.tasks.complete(first.claim, parent.task_id).parent_requeued == parent.task_id
     # The retry gets the first reply again (so its caller still delivers the parent)...
@@ -206,5 +208,70 @@ def test_a_store_reads_a_jobs_fields_with_its_first_claim_of_the_job_only(
     (first, first_reads), (second, second_reads) = claim(ids[0]), claim(ids[1])
     assert (first_reads, second_reads) == (2, 1)  # task + job, then the task alone
     assert second.job == first.job and second.job.goal == job.goal
-    assert (second.task.task_id, second.task.owner, second.claim.token) == (ids[1], "w1", 1)
+    assert (second.task.task_id, second.task.owner) == (ids[1], "w1")
+    assert second.claim.token == second.task.token >= 1
     assert second.task.status == TaskStatus.CLAIMED and second.task.brief == "c1"
+
+
+def _rewind(state: State, key: str, fields: dict[bytes, bytes]) -> None:
+    """Put a hash back as it was: what a rollback of acknowledged writes leaves."""
+    with state.client.pipeline() as pipe:
+        pipe.delete(key)
+        pipe.hset(key, mapping=fields)
+        pipe.execute()
+
+
+def test_a_task_rewound_by_lost_writes_refuses_its_first_owner(state: State) -> None:
+    job, parent, (child_id,) = job_with_children(state, 1)
+    key = keys.task(job.job_id, child_id)
+    before = state.client.hgetall(key)
+    first = state.tasks.claim(job.job_id, child_id, "w1", 60_000).claim
+    _rewind(state, key, before)  # the claim is lost: the record says queued again
+    second = state.tasks.claim(job.job_id, child_id, "w2", 60_000).claim
+    assert second.token != first.token  # Redis time moved on: no token handed out twice
+    for write in (
+        lambda: state.tasks.renew(first, 60_000),
+        lambda: state.records(job.job_id).write(first, checkpoint="{}", files={"a.py": "a-1"}),
+        lambda: state.tasks.complete(first, parent.task_id),
+    ):
+        with pytest.raises(Fenced):
+            write()
+    assert state.records(job.job_id).files() == {}
+    state.tasks.complete(second, parent.task_id)
+    done = state.tasks.get(job.job_id, child_id)
+    assert done.status == TaskStatus.SUCCEEDED and done.owner == "w2"
+
+
+def test_the_fence_checks_the_owner_as_well_as_the_token(state: State) -> None:
+    job, parent, (child_id,) = job_with_children(state, 1)
+    first = state.tasks.claim(job.job_id, child_id, "w1", 60_000).claim
+    # The same token under another owner: what a rewind would give if tokens could repeat.
+    state.client.hset(keys.task(job.job_id, child_id), "owner", "w2")
+    with pytest.raises(Fenced, match=rf"token {first.token} is owned by w2 now"):
+        state.tasks.renew(first, 60_000)
+    with pytest.raises(Fenced):
+        state.tasks.complete(first, parent.task_id)
+    assert state.tasks.get(job.job_id, child_id).status == TaskStatus.CLAIMED
+
+
+@pytest.mark.parametrize("index", ["0", "-1", "-4", "1.5", "2", "x"])
+def test_an_owner_write_whose_target_index_leaves_its_records_is_refused(
+    state: State, index: str
+) -> None:
+    job, _, (child_id,) = job_with_children(state, 1)
+    owner = state.tasks.claim(job.job_id, child_id, "w1", 60_000).claim
+    task_keys = [
+        keys.task(job.job_id, child_id),
+        keys.job(job.job_id),
+        keys.job_events(job.job_id),
+        keys.leases(job.job_id),
+        keys.queued(job.job_id),
+        keys.workspace(job.job_id),  # the one target: only index 1 names it
+    ]
+    before = {k: state.client.hgetall(k) for k in task_keys[:2]}
+    res = state.runner.run(
+        "ownerWrite", job.job_id, task_keys, [owner.token, owner.owner, index, "status", "x"]
+    )
+    assert res.code == -6
+    assert {k: state.client.hgetall(k) for k in task_keys[:2]} == before
+    assert state.client.hgetall(keys.workspace(job.job_id)) == {}

@@ -20,7 +20,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared_state import ArtifactStore, Scenario, State, TaskStatus, Trust, keys
+from shared_state import Scenario, State, TaskStatus, Trust
 from shared_state.scripts import server_ms
 
 from .context import WorkingState
@@ -294,12 +294,8 @@ def write(state: State, job_id: str) -> str:
     if job.scenario is not Scenario.AGENTS:
         return ""
     package = build(state, job_id)
-    retention_ms = state.client.hget(keys.job(job_id), "retention_ms")
-    store = ArtifactStore(
-        state.client,
-        job_id,
-        retention_s=int(retention_ms) // 1000 if retention_ms else state.jobs.retention_s,
-    )
+    # Written once the job ended: the store gives it the job's remaining retention.
+    store = state.artifacts(job_id)
     ref = store.put(
         package.model_dump_json(indent=1),
         kind="handoff",

@@ -3,8 +3,10 @@
 
   Succeeds only when the task is `queued`, or `claimed` with a lease that has
   expired by Redis time (the old attempt is then ended first, as the reaper
-  would: attempt + 1, or dead at max attempts). Each success increments the
-  task's fencing token; every later write by the owner must carry it.
+  would: attempt + 1, or dead at max attempts). Each success raises the
+  task's fencing token above both its last token and the Redis time in
+  microseconds, so a token never repeats even after lost writes rewound the
+  task's hash; every later write by the owner must carry it and its worker id.
   Idempotent for its owner: a claim re-sent by the same worker (a client
   retry after a lost reply) while its lease is live returns the same claim,
   its lease counted again from now.
@@ -98,7 +100,10 @@ if status == 'claimed' then
 end
 
 local leaseUntil = now + leaseMs
-local token = tonumber(t[5]) + 1
+-- Above the last token and at least Redis time in microseconds: a hash rewound by lost
+-- writes (a rollback, a failover) cannot hand out a token it handed out before, since
+-- the clock has moved on since then. (2^53 us is the year 2255: exact in a Lua number.)
+local token = math.max(tonumber(t[5]) + 1, nowUs())
 redis.call('HSET', taskKey, 'status', 'claimed', 'owner', worker, 'lease_until', leaseUntil,
   'claimed_ms', now, 'token', token)
 redis.call('ZADD', leasesKey, leaseUntil, taskId)

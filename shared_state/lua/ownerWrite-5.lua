@@ -19,15 +19,16 @@
 
   ARGV[1] fencing token
   ARGV[2] worker id
-  ARGV[3..] one triple per write: target (1 for KEYS[6], 2 for KEYS[7], ...), field, value
+  ARGV[3..] one triple per write: target (1 for KEYS[6], 2 for KEYS[7], ...; any
+            other index is refused), field, value
 
   Returns {code, data, events}
      1  written; data = writes (count)
     -1  no such task
     -3  fenced (event task.fenced)
     -4  the job has finished; the task is marked cancelled
-    -6  a target is not one of the job's record hashes; data = key; nothing
-        written
+    -6  a target is not one of the job's record hashes, or a write's target
+        index names none of KEYS[6..]; data = key; nothing written
 ]]
 --- @include "common"
 --- @include "fence"
@@ -43,10 +44,22 @@ for i = 6, #KEYS do
   if not records[KEYS[i]] then return reply(-6, {key = KEYS[i]}) end
 end
 
+-- Every target index names one of KEYS[6..], checked before anything is read or
+-- written: a zero, negative, fractional or too large index would reach the task or
+-- job hash (KEYS[1..5]), whose status the scripts alone decide.
+local n = (#ARGV - 2) / 3
+if n ~= math.floor(n) then return redis.error_reply('ARGV is not a token, a worker and triples') end
+local targets = #KEYS - 5
+for i = 1, n do
+  local index = tonumber(ARGV[3 * i])
+  if not index or index ~= math.floor(index) or index < 1 or index > targets then
+    return reply(-6, {key = 'target ' .. ARGV[3 * i]})
+  end
+end
+
 local refused = ownedTask(token, worker, 'write')
 if refused then return refused end
 
-local n = (#ARGV - 2) / 3
 for i = 1, n do
   local at = 3 * i
   redis.call('HSET', KEYS[5 + tonumber(ARGV[at])], ARGV[at + 1], ARGV[at + 2])

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from shared_state.redact import redact
+
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
 from ..errors import AuthError, BadRequest, ModelNotFound, ProviderUnavailable
@@ -103,7 +105,15 @@ class HttpJson:
     client: httpx.Client | None = None
 
     def post(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """The reply's JSON; else a ProviderError whose message holds no credential.
+
+        A provider or proxy may quote the key it refused in its error body: every
+        message is redacted here, where the text enters, with the key this call
+        sent masked whatever its shape (and before any cut, so no part of it
+        survives) — it goes on to a task's reason, events and every view of them.
+        """
         client = self.client or shared_client()
+        sent = _credentials(headers)
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
             try:
@@ -113,18 +123,22 @@ class HttpJson:
             else:
                 if resp.status_code == 200:
                     return resp.json()
-                self._raise_final(resp)
+                self._raise_final(resp, sent)
                 last = f"HTTP {resp.status_code}"
                 retry_after = resp.headers.get("retry-after")
             if attempt < self.retry.attempts:
                 self.sleep(self.retry.delay(attempt, retry_after))
         raise ProviderUnavailable(
-            f"{self.provider}: no answer from {url} after {self.retry.attempts} attempts ({last})"
+            redact(
+                f"{self.provider}: no answer from {url} after {self.retry.attempts} attempts "
+                f"({last})",
+                known=sent,
+            )
         )
 
-    def _raise_final(self, resp: httpx.Response) -> None:
+    def _raise_final(self, resp: httpx.Response, sent: tuple[str, ...]) -> None:
         """Errors that retrying cannot fix."""
-        detail = _error_text(resp)
+        detail = redact(_error_text(resp), known=sent)[:200]
         if resp.status_code in (401, 403):
             raise AuthError(f"{self.provider}: the API key was rejected ({detail})")
         if resp.status_code == 404:
@@ -134,15 +148,27 @@ class HttpJson:
         raise BadRequest(f"{self.provider}: HTTP {resp.status_code}: {detail}")
 
 
+def _credentials(headers: dict[str, str]) -> tuple[str, ...]:
+    """The secrets a request's headers carry: an API key, a bearer token."""
+    found = []
+    for name, value in headers.items():
+        if name.lower() in ("authorization", "proxy-authorization"):
+            found.append(value.split(" ", 1)[-1])
+        elif "key" in name.lower() or "token" in name.lower():
+            found.append(value)
+    return tuple(v for v in found if v)
+
+
 def _error_text(resp: httpx.Response) -> str:
+    """The provider's own words for an error, whole: redacted, then cut, by the caller."""
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:200] or resp.reason_phrase
+        return resp.text[:4096] or resp.reason_phrase
     error = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(error, dict):
-        return str(error.get("message") or error)[:200]
-    return str(error)[:200]
+        return str(error.get("message") or error)[:4096]
+    return str(error)[:4096]
 
 
 class HttpProvider:

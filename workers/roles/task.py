@@ -26,6 +26,7 @@ from shared_state import ArtifactRef, BudgetExceeded, Role, Trust
 from shared_state.errors import MemoryNotFound, MemoryRefused
 from shared_state.memory import Claim, MemoryContext, Scope, ScopeKind, SourceKind
 from shared_state.memory.files import PROJECT_MEMORY
+from shared_state.redact import redact
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome
 from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
@@ -106,7 +107,7 @@ class AgentTask:
         except ValidationError as exc:
             self.run.state.events.append(
                 "checkpoint.unreadable",
-                {"task_id": self.task.task_id, "error": str(exc).splitlines()[0][:200]},
+                {"task_id": self.task.task_id, "error": redact(str(exc).splitlines()[0])[:200]},
                 job_id=self.task.job_id,
             )
             return fresh

@@ -17,9 +17,11 @@ would take more than the room they are given (half the notes budget).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from shared_state.redact import redact
 
 from ..context.compaction import unarchived_notes_tokens
 from ..context.tokens import Tokenizer
@@ -43,7 +45,9 @@ class Note(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["fact", "decision", "question", "resolve_question", "next_action"]
-    text: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+    # A model may copy a key it saw into a note: masked here, where it enters the state
+    # (an open question and the text that resolves it are masked alike, so they still match).
+    text: Annotated[str, AfterValidator(redact)] = Field(min_length=1, max_length=MAX_NOTE_CHARS)
     source: str = Field(
         default="",
         max_length=200,

@@ -7,6 +7,7 @@
   nowMs()                       Redis server time in milliseconds: leases never
                                 depend on a worker's clock. Read once per script:
                                 every decision of one call sees the same instant.
+  nowUs()                       the same instant in microseconds (fencing tokens).
   sameJob()                     nil when every key in KEYS carries the hash tag of
                                 KEYS[1] (one job's keys), else an error reply: a
                                 caller cannot make a job's script write elsewhere.
@@ -33,14 +34,20 @@ local function emit(stream, maxlen, fields)
   emitted[#emitted + 1] = {id, unpack(fields)}
 end
 
-local timeMs
+local timeMs, timeUs
 
 local function nowMs()
   if not timeMs then
     local t = redis.call('TIME')
-    timeMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    timeUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    timeMs = math.floor(timeUs / 1000)
   end
   return timeMs
+end
+
+local function nowUs()
+  nowMs()
+  return timeUs
 end
 
 local function sameJob()

@@ -4,8 +4,9 @@
                           what an owner's write decides by, read once.
   fence(t, job, stream, token, worker, op)
                           check that the caller still owns the task of row
-                          `t` with this fencing token and that its lease has
-                          not run out by Redis time. Returns nil when it
+                          `t`: its worker id is the owner and its fencing
+                          token the current one, and the lease has not run
+                          out by Redis time. Returns nil when it
                           does. A retry of the owner's last write (the same
                           token, worker and op after that write ended the
                           claim: its reply was lost) gets that write's reply
@@ -51,7 +52,10 @@ end
 local function fence(t, job, stream, token, worker, op)
   if not t[1] then return reply(-1) end
   local status = t[1]
-  if status == 'claimed' and t[2] == token then
+  -- Owner and token both: after acknowledged writes are lost (a power-loss rollback, an
+  -- asynchronous replica promoted) a task's hash can rewind, and a claim then taken by
+  -- another worker must not leave the first one's writes valid.
+  if status == 'claimed' and t[2] == token and t[4] == worker then
     if tonumber(t[5]) > nowMs() then return nil end
     status = 'expired' -- still ours on paper, but a successor may take it any moment
   else
