@@ -27,6 +27,14 @@ talks to its Redis::
 - ``artifacts(job_id) -> list[ArtifactRef]``, ``show(artifact_id) -> str``.
 - ``set_project_memory(text, tenant=...)``: the tenant's AGENTS.md, which its
   jobs read at start (`submit --memory-file`).
+- ``import_workspace(path, tenant=..., include=..., exclude=...) -> ImportReport``:
+  a folder or git repository stored as the tenant's workspace tree (only the
+  files Redis lacks are sent); ``submit(..., workspace=path or report)`` gives a
+  job those files (`submit --workspace`).
+- ``diff(job_id) -> list[FileDiff]``: what a job changed against its workspace
+  (`redfleet diff`); ``apply(job_id, repo, branch=..., three_way=...) -> Applied``:
+  those changes as a new branch of the repository, a commit per passing feature
+  (`redfleet apply`).
 
 Errors are ``shared_state.StateError`` (``JobNotFound``, ``ConnectionFailed``,
 …) and ``CoordinatorError`` (``WaitTimeout``).
@@ -39,15 +47,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
 from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
+from shared_state.names import check_name
 
 from . import views
+from .apply import Applied, apply_job
 from .connection import open_state
 from .errors import CoordinatorError
+from .importer import ImportProgress, ImportReport, import_workspace
+from .patch import FileDiff, diff
 from .settings import Settings
 
 RENEWED = "task.renewed"
@@ -144,6 +157,8 @@ class Client:
         tenant: str = "default",
         user: str = "default",
         idempotency_key: str = "",
+        workspace: Path | ImportReport | None = None,
+        check: str = "",
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
@@ -151,7 +166,12 @@ class Client:
         arguments are those of `redfleet submit`. With ``idempotency_key``, a
         submit repeated with the same key (and tenant) returns the first job's
         id instead of creating another: safe to retry after a lost reply.
+        ``workspace``: a folder or repository (imported now, whole) or what
+        ``import_workspace`` returned; ``check``: the workspace's own check
+        command, run by the reviewer over the job's files.
         """
+        if isinstance(workspace, Path):
+            workspace = self.import_workspace(workspace, tenant=tenant)
         spec = JobSpec(
             goal=goal,
             scenario=scenario,
@@ -161,8 +181,42 @@ class Client:
             tenant=tenant,
             user=user,
             idempotency_key=idempotency_key,
+            workspace=workspace.tree if workspace else "",
+            workspace_commit=workspace.commit if workspace else "",
+            check=check,
         )
         return self.state.jobs.submit(spec).job_id
+
+    def diff(self, job_id: str) -> list[FileDiff]:
+        """What the job changed against the workspace it was submitted with, by path."""
+        return diff(self.state.workspace(job_id))
+
+    def apply(
+        self, job_id: str, repo: Path, *, branch: str = "", three_way: bool = False
+    ) -> Applied:
+        """The job's changes as a new branch of ``repo`` (``ApplyRefused`` says why not)."""
+        return apply_job(self.state, job_id, repo, branch=branch, three_way=three_way)
+
+    def import_workspace(
+        self,
+        path: Path,
+        *,
+        tenant: str = "default",
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+        progress: ImportProgress | None = None,
+    ) -> ImportReport:
+        """Store a folder's (or a git repository's HEAD's) files as ``tenant``'s workspace
+        tree; only the files Redis lacks are sent. ``ImportRefused`` names a file refused."""
+        return import_workspace(
+            self.state.client,
+            check_name(tenant, "tenant"),
+            path,
+            include=include,
+            exclude=exclude,
+            limits=self.settings.import_limits(),
+            progress=progress,
+        )
 
     def set_project_memory(self, text: str, *, tenant: str = "default") -> str:
         """Store ``text`` as the tenant's project memory (AGENTS.md); its sha256.

@@ -11,6 +11,7 @@ and models is printed terminal-safe (see ``text``); ``--json`` keeps it exact.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -419,6 +420,43 @@ def submit(
             help="Submit at most once per KEY (and tenant): a repeat prints the first job's id.",
         ),
     ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            metavar="PATH",
+            help="The files the job works on: a folder (its .gitignore rules honoured), or a "
+            "git repository (its files as committed at HEAD; the commit is recorded). Stored "
+            "once per tenant by content: a repeat sends only what changed.",
+        ),
+    ] = None,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            metavar="GLOB",
+            help="With --workspace: import only paths matching a GLOB (gitignore-style, "
+            "e.g. 'src/**/*.py'; repeatable).",
+        ),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            metavar="GLOB",
+            help="With --workspace: leave out paths matching a GLOB (repeatable).",
+        ),
+    ] = None,
+    check: Annotated[
+        str,
+        typer.Option(
+            "--check",
+            metavar="CMD",
+            help="With --workspace: the workspace's own check (e.g. 'pytest -q', 'python "
+            "validate.py'), run by the reviewer over the job's files; a feature whose check "
+            "is 'workspace' passes only on a passing run of it.",
+        ),
+    ] = "",
     wait: Annotated[
         bool,
         typer.Option(
@@ -445,6 +483,8 @@ def submit(
     """
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
+    if (include or exclude or check) and workspace is None:
+        raise CoordinatorError("--include/--exclude/--check: only with --workspace")
     settings = Settings()
     try:
         document = memory_file.read_text(encoding="utf-8") if memory_file else None
@@ -455,6 +495,17 @@ def submit(
         client = Client(state, settings=settings)
         if document is not None:
             client.set_project_memory(document, tenant=tenant)
+        imported = None
+        if workspace is not None:
+            with views.progress_bar("importing the workspace", after_s=1.0) as advance:
+                imported = client.import_workspace(
+                    workspace,
+                    tenant=tenant,
+                    include=tuple(include or ()),
+                    exclude=tuple(exclude or ()),
+                    progress=advance,
+                )
+            print(f"redfleet: {one_line(imported.line())}", file=sys.stderr)
         job_id = client.submit(
             goal,
             scenario=scenario,
@@ -464,10 +515,15 @@ def submit(
             tenant=tenant,
             user=user,
             idempotency_key=idempotency_key or "",
+            workspace=imported,
+            check=check,
         )
         if not wait:
             if as_json:
-                views.print_json({"job_id": job_id})
+                doc: dict[str, object] = {"job_id": job_id}
+                if imported is not None:
+                    doc["workspace"] = dataclasses.asdict(imported)
+                views.print_json(doc)
                 return
             views.write_line(job_id)
             if scenario is Scenario.AGENTS and settings.provider is ProviderName.SCRIPTED:
@@ -865,9 +921,18 @@ def export_cmd(
         bool,
         typer.Option("--verdicts", help=f"Also write the reviewer's verdicts to {VERDICTS_DIR}/."),
     ] = False,
+    patch: Annotated[
+        bool,
+        typer.Option(
+            "--patch",
+            help="Write the job's changes as one unified diff, DIR/JOB_ID.patch "
+            "(`git apply` reads it), instead of the files.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a job's workspace files (what its coders wrote) to DIR.
+    """Write a job's files to DIR: the workspace it was submitted with (if any) and what
+    its coders changed.
 
     Paths came from a model: each is checked to land inside DIR (no `..`, no
     absolute path, no way out through a symlink) before anything is written,
@@ -875,7 +940,7 @@ def export_cmd(
     """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        done = export_job(state, job_id, directory, force=force, verdicts=verdicts)
+        done = export_job(state, job_id, directory, force=force, verdicts=verdicts, patch=patch)
     if as_json:
         views.print_json({"job_id": job_id, "dir": str(directory), "files": done.files})
         return
@@ -883,6 +948,86 @@ def export_cmd(
         views.write_line(one_line(f"wrote {directory / rel}"))
     views.write_line(
         f"{views.count(len(done.files), 'file')} written to {one_line(str(directory))}"
+    )
+
+
+@app.command("diff")
+def diff_cmd(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The job whose changes to show.")],
+    stat: Annotated[
+        bool, typer.Option("--stat", help="One line per changed file: kind, path, +/- lines.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """What a job changed against the workspace it was submitted with: a unified diff.
+
+    Files added, modified and deleted, with `a/` and `b/` prefixes (`git apply`
+    and `patch -p1` read it); a binary file is named, never shown. Without a
+    workspace, every file the coders wrote shows as added. Nothing is written
+    anywhere: `redfleet export JOB DIR --patch` saves it.
+    """
+    _check_job_id(job_id)
+    with open_state(Settings()) as state:
+        diffs = Client(state).diff(job_id)
+    if as_json:
+        views.print_json({"job_id": job_id, "files": [dataclasses.asdict(d) for d in diffs]})
+        return
+    if stat or not diffs:
+        for d in diffs:
+            views.write_line(one_line(d.stat()))
+        added, removed = sum(d.added for d in diffs), sum(d.removed for d in diffs)
+        views.write_line(f"{views.count(len(diffs), 'file')} changed, +{added} -{removed}")
+        return
+    for d in diffs:  # the diff itself: the files' own text, escaped for the terminal
+        sys.stdout.write(multi_line(d.text))
+
+
+@app.command("apply")
+def apply_cmd(
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB_ID", help="The job whose changes to apply.")
+    ],
+    repo: Annotated[
+        Path,
+        typer.Option(
+            "--repo", metavar="PATH", help="The git repository the job's workspace came from."
+        ),
+    ],
+    branch: Annotated[
+        str,
+        typer.Option("--branch", metavar="NAME", help="The new branch (default redfleet/JOB_ID)."),
+    ] = "",
+    three_way: Annotated[
+        bool,
+        typer.Option(
+            "--three-way",
+            help="If HEAD moved since the job's base, commit onto HEAD with a three-way merge.",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a job's changes a new branch of PATH: one commit per passing feature.
+
+    The branch starts at the commit the job's workspace was read at; each
+    commit names its feature, the feature's check and the evidence the
+    reviewer cited; changes no passing feature accounts for come last, in a
+    commit that says so. Only the new branch is written: the working tree,
+    the index and every other branch stay as they are. Review it with
+    `git log -p BRANCH`, merge it as you would any branch.
+    """
+    _check_job_id(job_id)
+    with open_state(Settings()) as state:
+        done = Client(state).apply(job_id, repo, branch=branch, three_way=three_way)
+    if as_json:
+        views.print_json(dataclasses.asdict(done))
+        return
+    for commit in done.commits:
+        views.write_line(one_line(f"{commit.sha[:12]} {commit.message.splitlines()[0]}"))
+    views.write_line(
+        one_line(
+            f"branch {done.branch}: {views.count(len(done.commits), 'commit')} on "
+            f"{done.base[:12]}; `git -C {repo} log -p {done.branch}` shows them"
+        )
     )
 
 

@@ -1,7 +1,9 @@
 """``redfleet export``: a job's workspace files (and its verdicts) written to a folder.
 
-The workspace maps paths the coders chose to artifact ids; those paths came
-from a model, so each is checked before anything is written: relative, no
+The files are the job's tree: the workspace it was submitted with, if any,
+overlaid with what its coders changed (``--patch`` writes those changes as one
+unified diff instead). Paths the coders chose came from a model, so each is
+checked before anything is written: relative, no
 ``..``, ``.`` or empty segments, no ``.git``, no backslash, NUL or control
 characters, and its real location (symlinks resolved) inside the folder; no
 file where another needs a folder. Nothing is
@@ -18,6 +20,7 @@ from pathlib import Path
 from shared_state import State
 
 from .errors import CoordinatorError
+from .patch import diff, patch_text
 
 VERDICTS_DIR = ".redfleet/verdicts"
 TMP_SUFFIX = ".redfleet-tmp"
@@ -67,16 +70,21 @@ def _check_layout(dest: Path, targets: dict[str, Path]) -> None:
             raise CoordinatorError(f"{target}: a folder where {rel!r} is a file")
 
 
-def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: bool) -> Exported:
-    state.jobs.get(job_id)  # JobNotFound before anything is touched
+def export_job(
+    state: State, job_id: str, dest: Path, *, force: bool, verdicts: bool, patch: bool = False
+) -> Exported:
+    workspace = state.workspace(job_id)  # JobNotFound before anything is touched
     store = state.artifacts(job_id)
-    planned: dict[str, str] = {}  # relative path -> content
-    for path, artifact_id in sorted(state.records(job_id).files().items()):
-        planned[path] = store.text(artifact_id)
+    planned: dict[str, bytes] = {}  # relative path -> content
+    if patch:
+        planned[f"{job_id}.patch"] = patch_text(diff(workspace)).encode()
+    else:
+        for entry in workspace.files().values():
+            planned[entry.path] = workspace.data(entry)
     if verdicts:
         for ref in store.list():
             if ref.kind == "verdict":
-                planned[f"{VERDICTS_DIR}/{ref.id}.json"] = store.text(ref.id)
+                planned[f"{VERDICTS_DIR}/{ref.id}.json"] = store.text(ref.id).encode()
     if not planned:
         raise CoordinatorError(f"job {job_id} has no workspace files to export")
     targets = {rel: safe_target(dest, rel) for rel in planned}
@@ -95,7 +103,7 @@ def export_job(state: State, job_id: str, dest: Path, *, force: bool, verdicts: 
     return out
 
 
-def _write_whole(target: Path, text: str) -> None:
+def _write_whole(target: Path, data: bytes) -> None:
     """Write ``target`` through a new temporary file beside it, then rename it into place.
 
     A reader never sees half a file, and the temporary file is created new
@@ -105,8 +113,8 @@ def _write_whole(target: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TMP_SUFFIX)
     try:
         os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

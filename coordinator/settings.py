@@ -14,6 +14,8 @@ from shared_state.redact import redact
 from workers.heartbeat import DEFAULT_STUCK_AFTER_S
 from workers.llm import ProviderChoice, ProviderName
 
+from .importer import MAX_FILE_BYTES, MAX_TOTAL_BYTES, ImportLimits
+
 _REDIS_URL_FORMS = "redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix://PATH[?db=DB]"
 
 
@@ -68,6 +70,12 @@ class Settings(BaseSettings):
         default=None,
         description="the token `redfleet dashboard` asks for (required off loopback)",
     )
+    workspace_max_file_bytes: int = Field(
+        default=MAX_FILE_BYTES, ge=1, description="the largest file `submit --workspace` imports"
+    )
+    workspace_max_bytes: int = Field(
+        default=MAX_TOTAL_BYTES, ge=1, description="the most bytes one workspace may hold"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the lowest level logged (any case)"
     )
@@ -96,6 +104,12 @@ class Settings(BaseSettings):
         if loc in cls.model_fields:
             return f"{cls.model_config['env_prefix']}{loc}".upper()
         return loc
+
+    def import_limits(self) -> ImportLimits:
+        return ImportLimits(
+            max_file_bytes=self.workspace_max_file_bytes,
+            max_total_bytes=self.workspace_max_bytes,
+        )
 
     def provider_choice(self) -> ProviderChoice:
         return ProviderChoice(

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from shared_state import Event, Job, State, Task, WorkerInfo
@@ -32,6 +35,39 @@ class _Console(Console):
 
 
 console = _Console(width=None if sys.stdout.isatty() else 200)
+
+
+@contextmanager
+def progress_bar(what: str, *, after_s: float) -> Iterator[Callable[[int, int], None]]:
+    """An ``advance(done, total)`` that shows a bar on stderr once ``after_s`` has passed
+    (a quick step shows nothing), and only on a terminal; the bar is gone when done."""
+    started = time.monotonic()
+    bar: Progress | None = None
+    task = None
+
+    def advance(done: int, total: int) -> None:
+        nonlocal bar, task
+        if bar is None:
+            if not sys.stderr.isatty() or time.monotonic() - started < after_s:
+                return
+            bar = Progress(
+                f"{what}:",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            bar.start()
+            task = bar.add_task(what, total=total)
+        assert task is not None
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield advance
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def _iso(ms: int) -> str | None:

@@ -25,6 +25,7 @@ from .models import Job, JobSpec, JobStatus, Role
 from .redact import redact
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 from .tasks import new_task_id
+from .workspace import TreeNotFound
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 # An indexed id without a record this young may be a submission still writing it.
@@ -72,6 +73,8 @@ class JobStore:
         returns that job (``existed``), or finishes writing it if the first
         submit never did.
         """
+        if spec.workspace and not self.client.exists(keys.tree(spec.tenant, spec.workspace)):
+            raise TreeNotFound(spec.tenant, spec.workspace)
         job_id = f"j-{secrets.token_hex(6)}"
         once = keys.submit_key(spec.tenant, spec.idempotency_key) if spec.idempotency_key else ""
         if once:
@@ -99,6 +102,9 @@ class JobStore:
             status=JobStatus.QUEUED,
             root_task=root,
             created_ms=0,  # set by the script, on Redis time
+            workspace=spec.workspace,
+            workspace_commit=spec.workspace_commit,
+            check=spec.check,
         )
         fields = {
             **job.model_dump(mode="json", exclude={"created_ms"}),

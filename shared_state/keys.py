@@ -18,7 +18,8 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
     rf:{<job>}:journal           hash   idempotency key -> journaled tool call (intent, result)
     rf:{<job>}:checkpoints       hash   task id -> its last WorkingState (JSON)
-    rf:{<job>}:workspace         hash   file path -> artifact id (the files the coders wrote)
+    rf:{<job>}:workspace         hash   file path -> artifact id of what the coders wrote, or ""
+                                        for a file they deleted (the changes to the base)
 
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
@@ -48,6 +49,12 @@ their own, so the tenant is in every key and one script sees one tenant only:
     rf:mem:{<tenant>}:files:<scope>        zset   path -> updated at (ms), one scope's files
     rf:mem:tenants                         set    tenants that have memory
 
+Workspaces (``workspace``): the files a job is submitted with, stored once per
+tenant by content, under a hash tag of the tenant's own (no script touches them):
+
+    rf:ws:{<tenant>}:blob:<sha256>         string one file's bytes (expires unless imported again)
+    rf:ws:{<tenant>}:tree:<tree id>        hash   a snapshot: path -> "sha256 size mode t|b"
+
 The memory scripts get the tenant's prefix (``memory_prefix``) as KEYS[1] and
 name the rest from it with the suffixes above: an item's chain and derived
 sets are known only once its hash is read.
@@ -67,6 +74,14 @@ EXPIRING_JOBS = f"{PREFIX}:jobs:expiring"
 EVENTS = f"{PREFIX}:events"
 METRICS = f"{PREFIX}:metrics"
 WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
+
+
+def blob(tenant: str, sha256: str) -> str:
+    return f"{PREFIX}:ws:{{{tenant}}}:blob:{sha256}"
+
+
+def tree(tenant: str, tree_id: str) -> str:
+    return f"{PREFIX}:ws:{{{tenant}}}:tree:{tree_id}"
 
 
 def _tag(job_id: str) -> str:

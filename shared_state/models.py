@@ -77,6 +77,13 @@ class JobSpec(_Record):
         max_length=200,
         description="a submit with a key seen before returns that job instead of a new one",
     )
+    workspace: str = Field(
+        default="",
+        max_length=80,
+        description="the tree id of an imported workspace (``workspace.import_tree``)",
+    )
+    workspace_commit: str = Field(default="", max_length=64, description="its git commit")
+    check: str = Field(default="", max_length=500, description="the workspace's own check command")
 
     @field_validator("tenant", "user")
     @classmethod
@@ -119,6 +126,9 @@ class Job(_Record):
     criteria_ms: int = 0  # when the criteria last changed (Redis time)
     resume_features: str = ""  # the last resume's feature list artifact
     resume_checks: str = ""  # the last resume's checks artifact
+    workspace: str = ""  # the tree id of the files it was submitted with ("" none)
+    workspace_commit: str = ""  # the git commit they were read at ("" not a repository)
+    check: str = ""  # the workspace's own check command (`submit --check`)
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 

@@ -22,6 +22,7 @@ from .redact import redact
 from .scripts import Runner
 from .tasks import TaskStore
 from .usage import JobUsage
+from .workspace import FileEntry, Trees, Workspace
 
 if TYPE_CHECKING:
     from .memory.recall import Recall
@@ -97,6 +98,15 @@ class State:
 
     def artifacts(self, job_id: str) -> ArtifactStore:
         return ArtifactStore(self.client, job_id)
+
+    def workspace_tree(self, tenant: str, tree_id: str) -> dict[str, FileEntry]:
+        """The files of an imported tree, by path; TreeNotFound if the tenant holds none."""
+        return Trees(self.client, tenant).entries(tree_id)
+
+    def workspace(self, job_id: str) -> Workspace:
+        """The job's files: the workspace it was submitted with and its coders' changes."""
+        job = self.jobs.get(job_id)
+        return Workspace(self.client, tenant=job.tenant, tree=job.workspace, job_id=job_id)
 
     def locate_artifact(self, artifact_id: str) -> str:
         """The id of a kept job holding ``artifact_id`` (newest first); ArtifactNotFound if none."""

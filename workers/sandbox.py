@@ -1,7 +1,9 @@
-"""Run a workspace's checks: files materialized in a temporary directory, pytest run there.
+"""Run a workspace's checks: files materialized in a temporary directory, the check run there.
 
-The reviewer runs ``python -m pytest -q <check>`` against the files the
-coders wrote: a fresh temporary directory, a check limited to test ids in
+The reviewer runs a feature's ``python -m pytest -q <check>`` against the
+job's files (the workspace it was submitted with and what the coders wrote),
+or the workspace's own check command (``submit --check``: the user's, never a
+model's): a fresh temporary directory, a pytest check limited to test ids in
 that directory and the ``-k``/``-m``/``-x`` options, a wall-clock timeout
 (the process group is killed, also after a normal exit), no network for
 Python code (an audit hook refuses socket connects and name lookups), and
@@ -105,9 +107,40 @@ def pytest_args(check: str) -> list[str]:
     return args
 
 
-def run_pytest(files: Mapping[str, str], check: str, *, timeout_s: float = TIMEOUT_S) -> CheckRun:
-    """Materialize ``files`` (path -> text) and run ``python -m pytest -q <check>`` on them."""
-    args = pytest_args(check)
+def run_pytest(
+    files: Mapping[str, str | bytes], check: str, *, timeout_s: float = TIMEOUT_S
+) -> CheckRun:
+    """Materialize ``files`` (path -> text or bytes) and run ``python -m pytest -q <check>``."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(check)]
+    return _run(files, check, command, timeout_s)
+
+
+def command_args(command: str) -> list[str]:
+    """The argv of a workspace's own check command; ``python`` and ``pytest`` are this
+    interpreter's (the fleet's environment), anything else is looked up on PATH."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ToolRefused(f"check {command!r} is not a valid command line: {exc}") from exc
+    if not argv:
+        raise ToolRefused("the workspace's check command is empty")
+    if argv[0] in ("python", "python3"):
+        return [sys.executable, *argv[1:]]
+    if argv[0] == "pytest":
+        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]]
+    return argv
+
+
+def run_command(
+    files: Mapping[str, str | bytes], command: str, *, timeout_s: float = TIMEOUT_S
+) -> CheckRun:
+    """Materialize ``files`` and run the workspace's own check ``command`` in them."""
+    return _run(files, command, command_args(command), timeout_s)
+
+
+def _run(
+    files: Mapping[str, str | bytes], check: str, command: list[str], timeout_s: float
+) -> CheckRun:
     with tempfile.TemporaryDirectory(prefix="redfleet-check-") as tmp:
         root, guard = Path(tmp, "workspace"), Path(tmp, "guard")
         guard.mkdir()
@@ -115,7 +148,10 @@ def run_pytest(files: Mapping[str, str], check: str, *, timeout_s: float = TIMEO
         for path, text in files.items():
             target = root / workspace_path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            if isinstance(text, bytes):
+                target.write_bytes(text)
+            else:
+                target.write_text(text)
         root.mkdir(exist_ok=True)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -124,19 +160,22 @@ def run_pytest(files: Mapping[str, str], check: str, *, timeout_s: float = TIMEO
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
         }
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
         log_path = Path(tmp, "log")
         started = time.monotonic()
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                command,
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            try:
+                proc = subprocess.Popen(
+                    command,
+                    cwd=root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except FileNotFoundError:  # the check's program is not installed: a failed run
+                text = f"$ {shlex.join(command)}\n{command[0]}: command not found\n"
+                return CheckRun(check, 127, False, text, len(text), 0.0)
             try:
                 code, timed_out = proc.wait(timeout_s), False
             except subprocess.TimeoutExpired:
@@ -150,7 +189,8 @@ def run_pytest(files: Mapping[str, str], check: str, *, timeout_s: float = TIMEO
             output = log.read(MAX_LOG_BYTES).decode(errors="replace")
     # The command heads the log: the evidence says what was run, and two checks with
     # the same output stay two artifacts.
-    text = f"$ {shlex.join(['python', *command[1:]])}\n{output}"
+    shown = ["python", *command[1:]] if command[0] == sys.executable else command
+    text = f"$ {shlex.join(shown)}\n{output}"
     if timed_out:
         text += f"\n[killed after the {timeout_s:.0f} s timeout]"
     elif size >= MAX_LOG_BYTES:

@@ -29,6 +29,7 @@ class Coder(AgentTask):
                 self, dict.fromkeys(["extract_fields", "read_lines", "list_workspace"], phases)
             ),
             *file_tools(self, phases),
+            *self.workspace_tools(phases, edit=True),
             subagent_tool(self, phases, resume_at="resume"),
         ]
 

@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..errors import ToolRefused
 from ..sandbox import pytest_args
 
+# A feature whose check is this word passes on a passing run of the job's own check
+# command (``submit --check``), which the user gave and no model can change.
+WORKSPACE_CHECK = "workspace"
+
 
 class Feature(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -20,7 +24,8 @@ class Feature(BaseModel):
     check: str = Field(
         min_length=1,
         max_length=300,
-        description="pytest arguments selecting its tests, e.g. 'test_mod.py::test_name'",
+        description="pytest arguments selecting its tests, e.g. 'test_mod.py::test_name' "
+        f"(the repository's own tests too), or {WORKSPACE_CHECK!r}: the job's check command",
     )
     passes: bool = False
     evidence: list[str] = Field(default_factory=list)  # artifact ids of passing check logs
@@ -28,6 +33,8 @@ class Feature(BaseModel):
     @field_validator("check")
     @classmethod
     def _runnable(cls, check: str) -> str:
+        if check == WORKSPACE_CHECK:
+            return check
         try:
             pytest_args(check)
         except ToolRefused as exc:

@@ -129,6 +129,7 @@ class Planner(AgentTask):
                     "extract_fields": report,
                 },
             ),
+            *self.workspace_tools(plan + review + report + resume),
         ]
 
     def feature_list(self) -> FeatureList:
@@ -174,7 +175,7 @@ class Planner(AgentTask):
 
     def _reviewer(self, ctx: RunContext, a: ReviewArgs, round_: int) -> ToolResult:
         self.feature_list()  # there must be one
-        if not self.records.files():
+        if not self.workspace.files():
             raise ToolRefused("the workspace is empty: no coder wrote a file")
         child = TaskInput(name="review", brief=a.brief, inputs=(ctx.state.refs["features"].id,))
         wave = self.wave("report", round_)

@@ -77,7 +77,7 @@ def _reader(task: AgentTask, read: Read) -> Callable[[RunContext, Any], ToolResu
 
 def _workspace(task: AgentTask) -> Callable[[RunContext, NoArgs], ToolResult]:
     def run(_ctx: RunContext, _: NoArgs) -> ToolResult:
-        files = task.records.files()
+        files = {p: a for p, a in task.records.files().items() if a}  # not the deleted
         if not files:
             return ToolResult(content="the workspace is empty")
         listing = [f"{p}: {task.artifacts.get(a).handle()}" for p, a in files.items()]

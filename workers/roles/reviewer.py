@@ -14,9 +14,9 @@ from shared_state import Trust
 
 from ..errors import ToolRefused
 from ..run_context import RunContext
-from ..sandbox import run_pytest
+from ..sandbox import CheckRun, run_command, run_pytest
 from ..tools import Tool, ToolResult
-from .features import FeatureList, Verdict, VerdictList
+from .features import WORKSPACE_CHECK, FeatureList, Verdict, VerdictList
 from .reader_tools import reader_tools
 from .subagent_tool import subagent_tool
 from .task import AgentTask
@@ -54,6 +54,7 @@ class Reviewer(AgentTask):
             *reader_tools(
                 self, dict.fromkeys(["list_workspace", "read_lines", "grep_artifact"], phases)
             ),
+            *self.workspace_tools(phases),
             Tool(
                 "run_checks",
                 "Run the acceptance checks of the given features (pytest on the workspace); "
@@ -82,7 +83,8 @@ class Reviewer(AgentTask):
     def _run_checks(self, ctx: RunContext, a: ChecksArgs) -> ToolResult:
         """Each check's exit code and log tail; the whole logs are the result's refs."""
         features = self.features()
-        files = {p: self.artifacts.text(i) for p, i in self.records.files().items()}
+        # Base and changes, as the job's tree stands: binary files too, as bytes.
+        files = {e.path: self.workspace.data(e) for e in self.workspace.files().values()}
         if not files:
             raise ToolRefused("the workspace is empty: there is nothing to check")
         lines, logs = [], []
@@ -90,14 +92,14 @@ class Reviewer(AgentTask):
             feature = features.get(feature_id)
             self.run.check()  # checks take a while: stop at once if the lease was lost
             try:
-                run = run_pytest(files, feature.check)
+                run, source = self._check(files, feature_id, feature.check)
             except OSError as exc:  # e.g. both "a" and "a/b.py" in the workspace
                 raise ToolRefused(f"cannot lay out the workspace: {exc}") from exc
             log = ctx.store(
                 run.log,
                 kind="log",
-                title=f"pytest {feature.check}: exit {run.exit_code}",
-                source="reviewer:pytest",
+                title=f"{source} {run.check}: exit {run.exit_code}",
+                source=f"reviewer:{source}",
             )
             logs.append(log)
             ctx.keep(log, name=f"check {feature_id}")
@@ -107,6 +109,19 @@ class Reviewer(AgentTask):
             lines.append(f"{feature_id} ({feature.check}): {status}, exit {run.exit_code}, "
                          f"{run.seconds:.1f} s, log {log.handle()}\n{tail}")  # fmt: skip
         return ToolResult(content="\n\n".join(lines), refs=tuple(logs), reduced=True)
+
+    def _check(
+        self, files: dict[str, str | bytes], feature_id: str, check: str
+    ) -> tuple[CheckRun, str]:
+        """A feature's run: its pytest arguments, or the job's own check command."""
+        if check != WORKSPACE_CHECK:
+            return run_pytest(files, check), "pytest"
+        if not self.run.job.check:
+            raise ToolRefused(
+                f"{feature_id}: its check is {WORKSPACE_CHECK!r}, but the job was submitted "
+                "without --check"
+            )
+        return run_command(files, self.run.job.check), "check"
 
     def _submit(self, ctx: RunContext, a: VerdictsArgs) -> ToolResult:
         features, state = self.features(), ctx.state

@@ -1,0 +1,316 @@
+"""Tools over the job's workspace: the tree, find, grep and read for every role; edit,
+delete and rename for coders.
+
+The workspace is the base the job was submitted with overlaid with what its
+coders changed (``shared_state.workspace``). Reading tools show narrow parts
+(numbered lines, capped matches), files labelled as data: a repository's
+text is not instructions. Changing tools are journaled like ``write_file``:
+each records the file's version before and after, so a resumed task never
+applies an edit twice, and refuses when the file changed in between.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pathspec
+from pydantic import BaseModel, Field
+
+from shared_state import JournalEntry, Trust
+from shared_state.workspace import DELETED, FileEntry, Workspace, WorkspaceError
+
+from ..context import ROLE_BUDGETS, Slot
+from ..errors import ToolRefused
+from ..run_context import RunContext
+from ..sandbox import workspace_path
+from ..tools import Tool, ToolResult, as_data, lines_budget
+from ..tools.readers import MAX_MATCHES
+
+if TYPE_CHECKING:
+    from .task import AgentTask
+
+MAX_FOUND = 200
+MAX_GREP_CHARS = 8_000
+TREE_TOKENS = 1_500  # the tree's share of the reference: paths first, outlines if they fit
+
+
+class FindArgs(BaseModel):
+    pattern: str = Field(
+        default="**", min_length=1, description="a glob on the path: 'src/**/*.py', '*.md'"
+    )
+
+
+class GrepArgs(BaseModel):
+    pattern: str = Field(min_length=1, description="a Python regular expression")
+    paths: str = Field(default="", description="only files matching this glob ('' all)")
+
+
+class ReadFileArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=300)
+    start: int = Field(default=1, ge=1)
+    end: int = Field(default=400, ge=1)
+
+
+class EditArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=300)
+    old: str = Field(min_length=1, description="the exact text to replace: it must occur once")
+    new: str = Field(description="what replaces it")
+
+
+class PathArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=300)
+
+
+class RenameArgs(BaseModel):
+    path: str = Field(min_length=1, max_length=300)
+    to: str = Field(min_length=1, max_length=300)
+
+
+def version(workspace: Workspace, path: str) -> str:
+    """What a path holds now: the job's artifact id, ``base:<sha256>``, or '' (no file)."""
+    entry = workspace.files().get(path)
+    if entry is None:
+        return ""
+    return entry.artifact or f"base:{entry.sha256}"
+
+
+class ChangeFiles:
+    """The journaled effect of edit_file, delete_file and rename_file.
+
+    Its detail maps each path to its version before and the workspace value
+    after (an artifact id, or ``DELETED``). Made again only where every path is
+    still at its version before; taken as done where every path is at its
+    after; anything else was changed by someone else since, and cannot be told.
+    """
+
+    idempotent, records_itself = False, False
+
+    def __init__(self, agent: AgentTask, name: str) -> None:
+        self.agent = agent
+        self.name = name
+
+    def apply(self, entry: JournalEntry) -> str:
+        changes = entry.detail["changes"]
+        self.agent.write_files({p: c["after"] for p, c in changes.items()})
+        return entry.detail["summary"]
+
+    def check(self, entry: JournalEntry) -> bool | None:
+        now = {p: version(self.agent.workspace, p) for p in entry.detail["changes"]}
+        after = {p: c["after"] for p, c in entry.detail["changes"].items()}
+        if now == after:
+            return True
+        if now == {p: c["before"] for p, c in entry.detail["changes"].items()}:
+            return False
+        return None
+
+
+def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
+    """find_files, grep_workspace and read_file, for every role."""
+    ws = task.workspace
+    most = lines_budget(ROLE_BUDGETS[task.role_name].tokens(Slot.RESULTS))
+
+    def find_files(_ctx: RunContext, a: FindArgs) -> ToolResult:
+        spec = pathspec.GitIgnoreSpec.from_lines([a.pattern])
+        found = [e for e in ws.files().values() if spec.match_file(e.path)]
+        lines = [_describe(e) for e in found[:MAX_FOUND]]
+        if len(found) > MAX_FOUND:
+            lines.append(f"[{len(found) - MAX_FOUND} more: narrow the pattern]")
+        return ToolResult(content="\n".join(lines) or f"no file matches {a.pattern!r}")
+
+    def grep_workspace(_ctx: RunContext, a: GrepArgs) -> ToolResult:
+        try:
+            regex = re.compile(a.pattern)
+        except re.error as exc:
+            raise ToolRefused(f"pattern {a.pattern!r} is not a regular expression: {exc}") from exc
+        spec = pathspec.GitIgnoreSpec.from_lines([a.paths]) if a.paths else None
+        found, size = [], 0
+        for entry in ws.files().values():
+            if entry.binary or (spec and not spec.match_file(entry.path)):
+                continue
+            for n, line in enumerate(ws.text_of(entry).splitlines(), start=1):
+                if regex.search(line):
+                    found.append(f"{entry.path}:{n}: {line[:300]}")
+                    size += len(found[-1])
+            if len(found) > MAX_MATCHES or size > MAX_GREP_CHARS:
+                break
+        if not found:
+            return ToolResult(content="(no match)")
+        shown = found[:MAX_MATCHES]
+        more = "" if len(shown) == len(found) else "\n[more matches: narrow the pattern or paths]"
+        body = "\n".join(shown)[:MAX_GREP_CHARS] + more
+        return ToolResult(content=as_data("workspace", Trust.UNTRUSTED, body))
+
+    def read_file(_ctx: RunContext, a: ReadFileArgs) -> ToolResult:
+        path = str(workspace_path(a.path))
+        try:
+            lines = ws.text(path).splitlines()
+        except WorkspaceError as exc:
+            raise ToolRefused(str(exc)) from exc
+        if a.end < a.start:
+            raise ToolRefused(f"lines must satisfy 1 <= start <= end, got {a.start}:{a.end}")
+        shown, used = [], 0
+        end = min(a.end, len(lines))
+        for n in range(a.start, end + 1):
+            line = f"{n}: {lines[n - 1]}"
+            used += task.tok.count(line) + 1
+            if used > most and shown:
+                shown.append(
+                    f"[lines {n}-{end} not shown: over {most} tokens; "
+                    f'read_file(path="{path}", start={n}, end={end})]'
+                )
+                break
+            shown.append(line)
+        head = f"{path}: lines {a.start}-{end} of {len(lines)}"
+        return ToolResult(content=as_data(path, Trust.UNTRUSTED, head + "\n" + "\n".join(shown)))
+
+    return [
+        Tool(
+            "find_files",
+            "Paths, sizes and kinds of the workspace's files matching a glob.",
+            FindArgs,
+            find_files,
+            phases=phases,
+        ),
+        Tool(
+            "grep_workspace",
+            "Lines of the workspace's text files matching a regular expression: path:line.",
+            GrepArgs,
+            grep_workspace,
+            phases=phases,
+        ),
+        Tool(
+            "read_file",
+            "Numbered lines start..end (1-based, inclusive) of a workspace file.",
+            ReadFileArgs,
+            read_file,
+            phases=phases,
+        ),
+    ]
+
+
+def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
+    """edit_file, delete_file and rename_file, for coders: journaled like write_file."""
+    ws = task.workspace
+
+    def current(path: str) -> FileEntry:
+        entry = ws.files().get(path)
+        if entry is None:
+            raise ToolRefused(f"no file {path!r} in the workspace (find_files lists them)")
+        return entry
+
+    def change(
+        ctx: RunContext, tool: str, target: str, args: BaseModel, plan: dict[str, Any]
+    ) -> ToolResult:
+        done = ctx.perform(tool, target, args.model_dump(), lambda: plan)
+        return ToolResult(content=done)
+
+    def edit_file(ctx: RunContext, a: EditArgs) -> ToolResult:
+        path = str(workspace_path(a.path))
+        entry = current(path)
+        try:
+            text = ws.text_of(entry)
+        except WorkspaceError as exc:
+            raise ToolRefused(str(exc)) from exc
+        count = text.count(a.old)
+        if count != 1:
+            where = "does not occur" if count == 0 else f"occurs {count} times"
+            raise ToolRefused(
+                f"edit_file {path}: the text to replace {where}; it must occur exactly once "
+                "(quote more of the surrounding lines)"
+            )
+        ref = ctx.store(text.replace(a.old, a.new, 1), kind="file", title=path)
+        line = text[: text.index(a.old)].count("\n") + 1
+        plan = {
+            "changes": {path: {"before": version(ws, path), "after": ref.id}},
+            "summary": f"edited {path} at line {line}; it is now {ref.id}",
+        }
+        return change(ctx, "edit_file", path, a, plan)
+
+    def delete_file(ctx: RunContext, a: PathArgs) -> ToolResult:
+        path = str(workspace_path(a.path))
+        current(path)
+        plan = {
+            "changes": {path: {"before": version(ws, path), "after": DELETED}},
+            "summary": f"deleted {path}",
+        }
+        return change(ctx, "delete_file", path, a, plan)
+
+    def rename_file(ctx: RunContext, a: RenameArgs) -> ToolResult:
+        path, to = str(workspace_path(a.path)), str(workspace_path(a.to))
+        entry = current(path)
+        if to in ws.files():
+            raise ToolRefused(f"rename_file: {to!r} exists already (delete it first)")
+        try:
+            ref = ctx.store(ws.text_of(entry), kind="file", title=to)
+        except WorkspaceError as exc:
+            raise ToolRefused(str(exc)) from exc
+        plan = {
+            "changes": {
+                path: {"before": version(ws, path), "after": DELETED},
+                to: {"before": "", "after": ref.id},
+            },
+            "summary": f"renamed {path} to {to}",
+        }
+        return change(ctx, "rename_file", f"{path}>{to}", a, plan)
+
+    return [
+        Tool(
+            "edit_file",
+            "Replace one exact occurrence of `old` with `new` in a workspace file.",
+            EditArgs,
+            edit_file,
+            phases=phases,
+        ),
+        Tool("delete_file", "Delete a workspace file.", PathArgs, delete_file, phases=phases),
+        Tool(
+            "rename_file",
+            "Rename (move) a workspace text file.",
+            RenameArgs,
+            rename_file,
+            phases=phases,
+        ),
+    ]
+
+
+def _describe(entry: FileEntry) -> str:
+    kind = "binary" if entry.binary else "text"
+    origin = ", changed by this job" if entry.artifact else ""
+    return f"{entry.path} ({entry.size} bytes, {kind}{origin})"
+
+
+def tree_listing(task: AgentTask, budget: int = TREE_TOKENS) -> str:
+    """The workspace's tree for the reference: paths and sizes within ``budget`` tokens,
+    with an outline of each Python file's classes and functions when all of them fit."""
+    files = list(task.workspace.files().values())
+    if not files:
+        return ""
+    head = f"WORKSPACE ({len(files)} files; read them with find_files, grep_workspace, read_file)"
+    lines = [_describe(e) for e in files]
+    if task.tok.count("\n".join(lines)) * 2 <= budget:
+        lines = [line + _outline(task.workspace, e) for line, e in zip(lines, files, strict=True)]
+    shown, used = [], task.tok.count(head)
+    for n, line in enumerate(lines):
+        used += task.tok.count(line) + 1
+        if used > budget:
+            shown.append(f"[{len(lines) - n} more files: find_files lists them]")
+            break
+        shown.append(line)
+    return "\n".join([head, *shown])
+
+
+def _outline(ws: Workspace, entry: FileEntry) -> str:
+    if entry.binary or not entry.path.endswith(".py"):
+        return ""
+    try:
+        tree = ast.parse(ws.text_of(entry))
+    except (SyntaxError, ValueError, WorkspaceError):
+        return ""
+    names = [
+        ("class " if isinstance(n, ast.ClassDef) else "def ") + n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+    return f": {', '.join(names[:12])}{' …' if len(names) > 12 else ''}" if names else ""
