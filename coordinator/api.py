@@ -103,6 +103,9 @@ class Progress:
     blocked: dict[str, str] = field(default_factory=dict)  # task id -> its question
     # The planner waits for its children: ``stage`` is the one it resumes at, not one running.
     stage_next: bool = False
+    # A job over many items: total, pending, done, validated, failed (as of the planner's
+    # last stage: the counts move when it merges a wave's reports or the checks).
+    items: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         """One line for people (``one_line`` it before printing: the stage is a worker's)."""
@@ -113,6 +116,12 @@ class Progress:
             f"running {running}, {self.tokens} tokens, "
             f"${self.cost_usd:.4f}"
         )
+        if self.items:
+            i = self.items
+            line += (
+                f", items {i['done'] + i['validated']}/{i['total']} done "
+                f"({i['validated']} validated, {i['failed']} failed)"
+            )
         for task_id, question in self.blocked.items():
             line += f"; {task_id} asks: {question} (redfleet approve {self.job_id} {task_id})"
         return line
@@ -299,6 +308,7 @@ class Client:
             cost_usd=usage.cost_usd,
             blocked={t.task_id: t.question for t in tasks if t.status is TaskStatus.BLOCKED},
             stage_next=root is not None and root.status is TaskStatus.WAITING,
+            items=views.item_counts(self.state, job_id),
         )
 
     def artifacts(self, job_id: str) -> list[ArtifactRef]:

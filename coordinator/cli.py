@@ -29,7 +29,6 @@ import typer
 
 from shared_state import (
     JobFinished,
-    JobSpec,
     Role,
     Scenario,
     State,
@@ -39,13 +38,14 @@ from shared_state.redact import redact
 from workers import handoff, resume
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
-from . import logs, metrics, views
+from . import logs, metrics, sample_repo, views
 from .api import RENEWED, Client, Progress, WaitTimeout, operator
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR, export_job
 from .fleet import Fleet, FleetSpec
 from .memory_cli import memory_app
+from .patch import FileDiff
 from .reaper import Reaper
 from .settings import Settings
 from .text import markup_safe, multi_line, one_line
@@ -1149,29 +1149,41 @@ def demo(
     ] = 180,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a real job through a real fleet: agents build a small Python module with tests.
+    """Run a real job through a real fleet over a sample repository: a failing test fixed,
+    a function added, and the result as a diff and a branch.
 
-    The planner writes a feature list and dispatches two coders (one of them
-    asks a subagent for edge cases); the reviewer materializes their files and
-    really runs pytest on them. The model is the `scripted` provider: it
-    replays the shipped `demo` scenario and no model is called (`redfleet up
-    --provider openai ...` runs a real one). It runs on an embedded Redis of
-    its own in $REDFLEET_HOME/demo (never REDIS_URL), which keeps running so
-    that `redfleet logs`, `artifacts` and `show` can look at the job; it
-    prints the REDIS_URL for that. Exits 0 when the job succeeded, 1
-    otherwise; --json prints the final status.
+    The sample (a small shop's stock, shipped with redfleet) is laid out fresh
+    as a git repository in $REDFLEET_HOME/demo/shop and imported as the job's
+    workspace. The planner writes a feature list checked by the repository's
+    own tests and dispatches two coders (one edits a file in place, the other
+    asks a subagent for edge cases); the reviewer materializes the files and
+    really runs the tests. The model is the `scripted` provider: it replays
+    the shipped `sample` scenario and no model is called (`redfleet up
+    --provider openai ...` runs a real one). It ends by printing the job's
+    diff and the `redfleet apply` command that makes it a branch of that
+    repository. It runs on an embedded Redis of its own in $REDFLEET_HOME/demo
+    (never REDIS_URL), which keeps running so that `redfleet logs`, `diff`,
+    `apply` and `show` can look at the job; it prints the REDIS_URL for that.
+    Exits 0 when the job succeeded, 1 otherwise; --json prints the final status.
     """
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
     settings = Settings()
     logs.configure(settings.log_level)
-    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, "", None, "demo")
+    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, "", None, "sample")
     # An embedded Redis of its own: no fleet of yours takes the demo's tasks, nor it yours.
     demo_home = settings.home / "demo"
     url = Embedded(demo_home).ensure()
+    repo = demo_home / "shop"
+    is_repo = sample_repo.lay_out(repo)
     with open_state(settings, url, serving=True) as state:
-        job = state.jobs.submit(
-            JobSpec(goal=DEMO_GOAL, scenario=Scenario.AGENTS, max_attempts=settings.max_attempts)
+        client = Client(state, settings=settings)
+        job_id = client.submit(
+            DEMO_GOAL,
+            scenario=Scenario.AGENTS,
+            max_attempts=settings.max_attempts,
+            workspace=client.import_workspace(repo),
         )
+        job = state.jobs.get(job_id)
         if not as_json:
             described = markup_safe(redact(choice.describe()))
             views.console.print(
@@ -1193,17 +1205,47 @@ def demo(
         doc.update(views.outcome_doc(state, job.job_id))
         doc["events"] = len(state.events.read(job.job_id, last=10_000))
         doc["fleet"] = report.__dict__
+        diffs = client.diff(job.job_id) if doc["status"] == "succeeded" else []
+        doc["repo"] = str(repo)
+        doc["diff"] = [dataclasses.asdict(d) for d in diffs]
     if as_json:
         views.print_json(doc)
     else:
         views.print_outcome(doc)
+        if diffs:
+            _print_demo_diff(doc, diffs, is_repo)
     if doc["status"] != "succeeded":
         reason = one_line(redact(doc["reason"] or ""))
         print(f"redfleet: demo job ended {doc['status']}: {reason}", file=sys.stderr)
         raise typer.Exit(1)
 
 
-DEMO_GOAL = "Build slug.py: slugify(text, max_length=None) for URL slugs, with pytest tests"
+DEMO_GOAL = (
+    "Fix total_units in shop/stock.py (tests/test_stock.py fails) and add "
+    "restock(stock, name, units) in shop/restock.py, with tests"
+)
+
+
+def _print_demo_diff(doc: dict[str, object], diffs: list[FileDiff], is_repo: bool) -> None:
+    """The demo's ending: what the job changed, and how to take it into the repository."""
+    env = markup_safe(f"REDIS_URL={doc['redis_url']}")
+    views.console.print(f"\nthe job's changes to {markup_safe(str(doc['repo']))}:", highlight=False)
+    for d in diffs:
+        sys.stdout.write(multi_line(d.text))
+    sys.stdout.flush()
+    repo, job_id = markup_safe(str(doc["repo"])), doc["job_id"]
+    if is_repo:
+        views.console.print(
+            f"Make them a branch of that repository, one commit per passing feature:\n"
+            f"  {env} redfleet apply {job_id} --repo {repo}",
+            highlight=False,
+        )
+    else:
+        views.console.print(
+            f"git is not installed: save them as a patch instead:\n"
+            f"  {env} redfleet export {job_id} DIR --patch",
+            highlight=False,
+        )
 
 
 def _stop_when_finished(state: State, job_id: str, fleet: Fleet, timeout_s: float) -> None:

@@ -111,11 +111,29 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
         "created": _iso(job.created_ms),
         "finished": _iso(job.finished_ms),
     }
+    if job.workspace:
+        doc["workspace"] = {
+            "tree": job.workspace,
+            "commit": job.workspace_commit or None,
+            "check": job.check or None,
+        }
+    items = item_counts(state, job.job_id)
+    if items:
+        doc["items"] = items
     if with_tasks:
         doc["tasks"] = [task_doc(t) for t in state.tasks.list(job.job_id)]
         usage = state.usage(job.job_id).get()
         doc["usage"] = {**usage.model_dump(), "cache_hit_ratio": round(usage.cache_hit_ratio, 4)}
     return doc
+
+
+def item_counts(state: State, job_id: str) -> dict[str, Any]:
+    """A job over many items: its counts and the item list's id ({} for other jobs)."""
+    raw = state.records(job_id).progress()
+    if not raw:
+        return {}
+    counts: dict[str, Any] = {k: int(v) for k, v in raw.items() if k != "items"}
+    return {**counts, "list": raw.get("items", "")}
 
 
 ARTIFACT_COLUMNS = ["id", "kind", "bytes", "trust", "source", "title"]
@@ -302,6 +320,22 @@ def print_job_head(doc: dict[str, Any]) -> None:
     line = provider_line(doc.get("providers") or {})
     if line:
         console.print(line, soft_wrap=True, highlight=False)
+    ws = doc.get("workspace")
+    if ws:
+        at = f" at commit {ws['commit'][:12]}" if ws["commit"] else ""
+        check = f"; check: {markup_safe(ws['check'])}" if ws["check"] else ""
+        console.print(
+            f"workspace {ws['tree']}{at}{check} (`redfleet diff {doc['job_id']}`)",
+            soft_wrap=True,
+            highlight=False,
+        )
+    i = doc.get("items")
+    if i:
+        console.print(
+            f"items: {i['done'] + i['validated']} of {i['total']} done ({i['validated']} "
+            f"validated, {i['failed']} failed, {i['pending']} pending); list {i['list']}",
+            highlight=False,
+        )
 
 
 def print_json(doc: Any) -> None:

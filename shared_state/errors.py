@@ -8,6 +8,7 @@
     │   └── MemoryNotFound     no such item in the caller's tenant and scopes
     ├── Fenced                 a write carried a stale fencing token (or its lease ran out)
     ├── ForeignTarget          an owner's write named a key outside its job's records
+    ├── RecordChanged          a guarded owner's write found the field changed since read
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
     ├── NotRetryable           only a failed job can be retried
     ├── NotResumable           a resume the job's state or records do not allow
@@ -92,10 +93,20 @@ class ForeignTarget(StateError):
     def __init__(self, task_id: str, key: str) -> None:
         super().__init__(
             f"task {task_id}: refused a write to {key!r}: an owner writes only its own job's "
-            "journal, checkpoints and workspace"
+            "journal, checkpoints, workspace and progress"
         )
         self.task_id = task_id
         self.key = key
+
+
+class RecordChanged(StateError):
+    """A guarded owner's write found a field changed since the writer read it."""
+
+    def __init__(self, task_id: str, field: str, current: str | None) -> None:
+        super().__init__(f"task {task_id}: {field!r} changed since it was read; read it again")
+        self.task_id = task_id
+        self.field = field
+        self.current = current
 
 
 class JobFinished(StateError):
@@ -222,3 +233,4 @@ class Code(IntEnum):
     OVER_BUDGET = -5
     FOREIGN_TARGET = -6
     FORGOTTEN = -7
+    CHANGED = -8

@@ -20,6 +20,8 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:checkpoints       hash   task id -> its last WorkingState (JSON)
     rf:{<job>}:workspace         hash   file path -> artifact id of what the coders wrote, or ""
                                         for a file they deleted (the changes to the base)
+    rf:{<job>}:progress          hash   a job over many items: its item list's id and counts
+                                        (total, pending, done, validated, failed), the planner's
 
     rf:jobs                      zset   job id -> submitted at (ms), all kept jobs
     rf:jobs:active               set    jobs not yet finished (what the reaper scans)
@@ -144,6 +146,10 @@ def workspace(job_id: str) -> str:
     return f"{_tag(job_id)}:workspace"
 
 
+def progress(job_id: str) -> str:
+    return f"{_tag(job_id)}:progress"
+
+
 MEMORY_TENANTS = f"{PREFIX}:mem:tenants"
 
 
@@ -232,4 +238,5 @@ def job_keys(job_id: str) -> list[str]:
         journal(job_id),
         checkpoints(job_id),
         workspace(job_id),
+        progress(job_id),
     ]

@@ -4,7 +4,9 @@
                  (under an idempotency key), then its result
     checkpoints  each task's last working state (JSON), saved after every step
     workspace    path -> artifact id of every file the job's coders wrote (one
-                 per job, shared by its tasks: the last write of a path wins)
+                 per job, shared by its tasks: the last write of a path wins), or
+                 "" for a file of the job's base they deleted
+    progress     a job over many items: its item list's artifact id and counts
 
 Anyone may read them; every write is a task owner's, fenced by its token
 (``ownerWrite``), so a worker that lost its claim cannot write after its
@@ -50,7 +52,7 @@ class JournalEntry(BaseModel):
 
 
 class Records:
-    """The journal, checkpoints and workspace of one job."""
+    """The journal, checkpoints, workspace and progress of one job."""
 
     def __init__(self, tasks: TaskStore, job_id: str) -> None:
         self.tasks = tasks
@@ -75,6 +77,11 @@ class Records:
         raw = self.client.hgetall(keys.workspace(self.job_id))
         return {k.decode(): v.decode() for k, v in sorted(raw.items())}
 
+    def progress(self) -> dict[str, str]:
+        """A job over many items: ``items`` (the list's artifact id) and its counts."""
+        raw = self.client.hgetall(keys.progress(self.job_id))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
     def write(
         self,
         claim: Claim,
@@ -82,11 +89,19 @@ class Records:
         journal: Sequence[JournalEntry] = (),
         checkpoint: str | None = None,
         files: Mapping[str, str] | None = None,
+        progress: Mapping[str, str | int] | None = None,
+        file_guards: Mapping[str, str | None] | None = None,
     ) -> None:
-        """Write any of them in one fenced, atomic step."""
+        """Write any of them in one fenced, atomic step.
+
+        ``file_guards``: path -> the workspace value the writer read (None: no entry);
+        if any changed since, RecordChanged is raised and nothing is written.
+        """
         writes = [(keys.journal(self.job_id), e.key, e.model_dump_json()) for e in journal]
         if checkpoint is not None:
             writes.append((keys.checkpoints(self.job_id), claim.task_id, checkpoint))
         writes += [(keys.workspace(self.job_id), p, a) for p, a in (files or {}).items()]
+        writes += [(keys.progress(self.job_id), k, str(v)) for k, v in (progress or {}).items()]
+        guards = [(keys.workspace(self.job_id), p, v) for p, v in (file_guards or {}).items()]
         if writes:
-            self.tasks.owner_write(claim, writes)
+            self.tasks.owner_write(claim, writes, guards)

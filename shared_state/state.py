@@ -93,7 +93,7 @@ class State:
         return JobUsage(self.runner, job_id)
 
     def records(self, job_id: str) -> Records:
-        """The job's journal, checkpoints and workspace."""
+        """The job's journal, checkpoints, workspace and progress."""
         return Records(self.tasks, job_id)
 
     def artifacts(self, job_id: str) -> ArtifactStore:

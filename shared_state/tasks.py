@@ -22,6 +22,7 @@ from .errors import (
     ForeignTarget,
     JobFinished,
     NotBlocked,
+    RecordChanged,
     StateError,
     TaskNotFound,
 )
@@ -68,6 +69,9 @@ class Claimed:
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+ABSENT = "\0"  # a guard's value for a field that must not exist (see ownerWrite)
 
 
 def _task_keys(job_id: str, task_id: str) -> list[str]:
@@ -238,20 +242,36 @@ class TaskStore:
         )
         return ids
 
-    def owner_write(self, claim: Claim, writes: Sequence[tuple[str, str, str]]) -> None:
+    def owner_write(
+        self,
+        claim: Claim,
+        writes: Sequence[tuple[str, str, str]],
+        guards: Sequence[tuple[str, str, str | None]] = (),
+    ) -> None:
         """Fenced HSETs into the record hashes of the claim's job: (key, field, value) each.
 
-        The keys must be the job's journal, checkpoints or workspace; any other
-        raises ForeignTarget and nothing is written.
+        The keys must be the job's journal, checkpoints, workspace or progress; any other
+        raises ForeignTarget and nothing is written. ``guards`` (key, field, value read,
+        None for a field that did not exist): any that changed since raises
+        RecordChanged, and nothing is written.
         """
-        targets = list(dict.fromkeys(key for key, _, _ in writes))
-        args = [x for key, f, v in writes for x in (targets.index(key) + 1, f, v)]
+        targets = list(dict.fromkeys(key for key, _, _ in [*guards, *writes]))
+
+        def triple(key: str, field: str, value: str | None) -> tuple[int | str, ...]:
+            return (targets.index(key) + 1, field, ABSENT if value is None else value)
+
+        args = [x for g in guards for x in triple(*g)] + [x for w in writes for x in triple(*w)]
         res = self.runner.run(
             "ownerWrite",
             claim.job_id,
             [*_task_keys(claim.job_id, claim.task_id)[:5], *targets],
-            [claim.token, claim.owner, *args],
+            [claim.token, claim.owner, len(guards), *args],
         )
+        if res.code == Code.CHANGED:
+            current = res.data["current"]
+            raise RecordChanged(
+                claim.task_id, res.data["field"], None if current == ABSENT else current
+            )
         self._check(res, claim)
 
     def children(self, job_id: str, parent_id: str, wave: str) -> list[Task]:

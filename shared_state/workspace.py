@@ -169,10 +169,11 @@ class Workspace:
         raw = self.client.hgetall(keys.workspace(self.job_id))
         return {k.decode(): v.decode() for k, v in sorted(raw.items())}
 
-    def files(self) -> dict[str, FileEntry]:
-        """Every file of the job's tree now, sorted by path."""
+    def files(self, changed: dict[str, str] | None = None) -> dict[str, FileEntry]:
+        """Every file of the job's tree now (or as of ``changed``, one read of the
+        changes), sorted by path."""
         tree = dict(self.base())
-        changed = self.changed()
+        changed = self.changed() if changed is None else changed
         written = {p: a for p, a in changed.items() if a != DELETED}
         refs = self._refs(list(written.values()))
         for path, artifact in changed.items():

@@ -164,7 +164,7 @@ def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_pa
         run("server", "stop", url=None, home=home)  # never leave a server behind
 
 
-def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_path) -> None:
+def test_demo_fixes_and_extends_the_sample_repository_reviewed_by_its_own_tests(tmp_path) -> None:
     home = str(tmp_path / "home")
     try:
         proc = run("demo", "--json", url=None, home=home)
@@ -189,11 +189,25 @@ def test_demo_builds_a_module_reviewed_by_real_pytest_with_capped_subagents(tmp_
                 f"$ python -m pytest -q -p no:cacheprovider {feature['check']}"
             )
             assert re.search(r"\n\d+ passed(, \d+ deselected)? in [\d.]+s\n", log["content"])
-        files = doc["report"]["workspace"]
-        source = run("show", files["slug.py"], "--lines", "1:1", url=url).stdout
-        assert source.startswith('"""Slugs for titles')
+        # The job changed the sample repository: one file edited in place, two added.
+        changed = {d["path"]: d["kind"] for d in doc["diff"]}
+        added = {"shop/restock.py": "added", "tests/test_restock.py": "added"}
+        assert changed == {"shop/stock.py": "modified", **added}
+        (fix,) = [d for d in doc["diff"] if d["path"] == "shop/stock.py"]
+        assert (fix["added"], fix["removed"]) == (1, 1)
         listed = json.loads(run("artifacts", doc["job_id"], "--json", url=url).stdout)
         assert {a["id"] for a in listed} == {a["id"] for a in doc["artifacts"]}
+        # ...and `apply` makes it a branch: a commit per feature, on which its tests pass.
+        repo = doc["repo"]
+        applied = json.loads(run("apply", doc["job_id"], "--repo", repo, "--json", url=url).stdout)
+        assert [c["message"].split(":")[0] for c in applied["commits"]] == ["F1", "F2"]
+        branch = applied["branch"]
+        subprocess.run(["git", "-C", repo, "checkout", "-q", branch], check=True)
+        tests = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=repo, capture_output=True, text=True,
+        )  # fmt: skip
+        assert tests.returncode == 0, tests.stdout
     finally:
         run("server", "stop", url=None, home=f"{home}/demo")  # never leave a server behind
 

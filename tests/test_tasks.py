@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from shared_state import Child, Fenced, JobFinished, JobSpec, Role, State, TaskStatus, keys
+from shared_state import (
+    Child,
+    Fenced,
+    JobFinished,
+    JobSpec,
+    RecordChanged,
+    Role,
+    State,
+    TaskStatus,
+    keys,
+)
 from shared_state.scripts import server_ms
 from shared_state.tasks import Claimed
 
@@ -270,8 +280,24 @@ def test_an_owner_write_whose_target_index_leaves_its_records_is_refused(
     ]
     before = {k: state.client.hgetall(k) for k in task_keys[:2]}
     res = state.runner.run(
-        "ownerWrite", job.job_id, task_keys, [owner.token, owner.owner, index, "status", "x"]
+        "ownerWrite", job.job_id, task_keys, [owner.token, owner.owner, 0, index, "status", "x"]
     )
     assert res.code == -6
     assert {k: state.client.hgetall(k) for k in task_keys[:2]} == before
     assert state.client.hgetall(keys.workspace(job.job_id)) == {}
+
+
+def test_a_guarded_write_is_refused_when_the_field_changed_since_it_was_read(
+    state: State,
+) -> None:
+    job, _, (first_id, second_id) = job_with_children(state, 2)
+    first = state.tasks.claim(job.job_id, first_id, "w1", 60_000).claim
+    second = state.tasks.claim(job.job_id, second_id, "w2", 60_000).claim
+    records = state.records(job.job_id)
+    read = records.files().get("m.py")  # both coders read the file: no entry yet
+    records.write(second, files={"m.py": "a-second"}, file_guards={"m.py": read})
+    with pytest.raises(RecordChanged, match=r"'m\.py' changed since it was read"):
+        records.write(first, files={"m.py": "a-first", "n.py": "a-n"}, file_guards={"m.py": read})
+    assert records.files() == {"m.py": "a-second"}  # nothing of the stale write landed
+    records.write(first, files={"m.py": "a-first"}, file_guards={"m.py": "a-second"})
+    assert records.files() == {"m.py": "a-first"}

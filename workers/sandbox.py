@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -112,7 +112,8 @@ def run_pytest(
 ) -> CheckRun:
     """Materialize ``files`` (path -> text or bytes) and run ``python -m pytest -q <check>``."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(check)]
-    return _run(files, check, command, timeout_s)
+    with _materialized(files) as place:
+        return _run(place, check, command, timeout_s)
 
 
 def command_args(command: str) -> list[str]:
@@ -135,12 +136,28 @@ def run_command(
     files: Mapping[str, str | bytes], command: str, *, timeout_s: float = TIMEOUT_S
 ) -> CheckRun:
     """Materialize ``files`` and run the workspace's own check ``command`` in them."""
-    return _run(files, command, command_args(command), timeout_s)
+    return run_commands(files, [command], timeout_s=timeout_s)[0]
 
 
-def _run(
-    files: Mapping[str, str | bytes], check: str, command: list[str], timeout_s: float
-) -> CheckRun:
+def run_commands(
+    files: Mapping[str, str | bytes], commands: Sequence[str], *, timeout_s: float = TIMEOUT_S
+) -> list[CheckRun]:
+    """Materialize ``files`` once and run each command in them, one after another (a job
+    over many items checks each item so; the runs share that one copy of the files)."""
+    argvs = [command_args(c) for c in commands]  # every command parses before any runs
+    with _materialized(files) as place:
+        return [_run(place, c, argv, timeout_s) for c, argv in zip(commands, argvs, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Place:
+    tmp: Path
+    root: Path
+    env: dict[str, str]
+
+
+@contextlib.contextmanager
+def _materialized(files: Mapping[str, str | bytes]) -> Iterator[_Place]:
     with tempfile.TemporaryDirectory(prefix="redfleet-check-") as tmp:
         root, guard = Path(tmp, "workspace"), Path(tmp, "guard")
         guard.mkdir()
@@ -160,33 +177,37 @@ def _run(
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
         }
-        log_path = Path(tmp, "log")
-        started = time.monotonic()
-        with log_path.open("wb") as log:
-            try:
-                proc = subprocess.Popen(
-                    command,
-                    cwd=root,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except FileNotFoundError:  # the check's program is not installed: a failed run
-                text = f"$ {shlex.join(command)}\n{command[0]}: command not found\n"
-                return CheckRun(check, 127, False, text, len(text), 0.0)
-            try:
-                code, timed_out = proc.wait(timeout_s), False
-            except subprocess.TimeoutExpired:
-                code, timed_out = None, True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running, too
-            if code is None:
-                code = proc.wait()
-        size = log_path.stat().st_size
-        with log_path.open("rb") as log:
-            output = log.read(MAX_LOG_BYTES).decode(errors="replace")
+        yield _Place(Path(tmp), root, env)
+
+
+def _run(place: _Place, check: str, command: list[str], timeout_s: float) -> CheckRun:
+    log_path = place.tmp / "log"
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=place.root,
+                env=place.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except FileNotFoundError:  # the check's program is not installed: a failed run
+            text = f"$ {shlex.join(command)}\n{command[0]}: command not found\n"
+            return CheckRun(check, 127, False, text, len(text), 0.0)
+        try:
+            code, timed_out = proc.wait(timeout_s), False
+        except subprocess.TimeoutExpired:
+            code, timed_out = None, True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running, too
+        if code is None:
+            code = proc.wait()
+    size = log_path.stat().st_size
+    with log_path.open("rb") as log:
+        output = log.read(MAX_LOG_BYTES).decode(errors="replace")
     # The command heads the log: the evidence says what was run, and two checks with
     # the same output stay two artifacts.
     shown = ["python", *command[1:]] if command[0] == sys.executable else command

@@ -13,7 +13,9 @@ labelled ``scripted``.
 Artifact ids are content hashes a script cannot know in advance: a string
 argument ``$ref:<kind>`` is replaced by the id of the last artifact of that
 kind whose handle appears in the messages sent — the model "reads" the id
-from its context, as a real one would. Scenarios shipped with redfleet live
+from its context, as a real one would. A task whose name is numbered (a
+batch's coder, ``coder.batch-7``) without a script of its own replays the
+script of its pattern (``coder.batch-*``). Scenarios shipped with redfleet live
 in ``scripts/`` (``load_scenario("demo")``).
 
 ``ScriptedSummaryModel`` stands in for a summary model (``--summary-model``
@@ -126,11 +128,14 @@ class ScriptedProvider:
     name = "scripted"
 
     def __init__(self, scenario: Scenario, key: str) -> None:
-        if key not in scenario.roles:
+        # Numbered tasks (a job's batches: coder.batch-7) share one script, coder.batch-*.
+        pattern = re.sub(r"[0-9]+", "*", key)
+        if key not in scenario.roles and pattern not in scenario.roles:
             known = ", ".join(sorted(scenario.roles))
             raise ScenarioExhausted(
                 f"scripted scenario {scenario.name!r} has no script for {key!r} (has: {known})"
             )
+        key = key if key in scenario.roles else pattern
         self.model = f"scripted:{scenario.name}"
         self.scenario = scenario
         self.key = key

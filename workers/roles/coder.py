@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..tools import Tool
+from .batch_tools import RESULTS, report_tool
 from .file_tools import file_tools
 from .reader_tools import reader_tools
 from .subagent_tool import subagent_tool
@@ -30,6 +31,7 @@ class Coder(AgentTask):
             ),
             *file_tools(self, phases),
             *self.workspace_tools(phases, edit=True),
+            *report_tool(self, phases),
             subagent_tool(self, phases, resume_at="resume"),
         ]
 
@@ -38,4 +40,5 @@ class Coder(AgentTask):
         if not outcome.ok:
             self.run.fail(f"coder {self.name}: {outcome.reason}", retryable=False)
         elif not outcome.ended_by:  # else it spawned subagents and waits for them
-            self.finish(outcome.answer, refs=self.context.state.of_kind("file"))
+            state = self.context.state
+            self.finish(outcome.answer, refs=[*state.of_kind("file"), *state.of_kind(RESULTS)])

@@ -30,6 +30,7 @@ from ..journal import EffectKind
 from ..run_context import RunContext
 from ..tools import Tool, ToolResult
 from .arguments import Brief
+from .batch_tools import ITEMS, merge_checks, merge_reports, planner_item_tools, read_items
 from .effects import Spawn
 from .features import Feature, FeatureList, VerdictList
 from .reader_tools import reader_tools
@@ -67,7 +68,10 @@ class Planner(AgentTask):
     role_name = "planner"
 
     def effects(self) -> list[EffectKind]:
-        names = ("dispatch_coders", "dispatch_reviewer", "dispatch_fixes")
+        names = (
+            "dispatch_coders", "dispatch_reviewer", "dispatch_fixes", "plan_items",
+            "dispatch_batches",
+        )  # fmt: skip
         return [*super().effects(), *(Spawn(self, n) for n in names)]
 
     @property
@@ -130,6 +134,11 @@ class Planner(AgentTask):
                 },
             ),
             *self.workspace_tools(plan + review + report + resume),
+            *(
+                planner_item_tools(self, plan, report + resume, round_, MAX_ROUNDS)
+                if self.run.job.workspace
+                else []
+            ),
         ]
 
     def feature_list(self) -> FeatureList:
@@ -177,7 +186,9 @@ class Planner(AgentTask):
         self.feature_list()  # there must be one
         if not self.workspace.files():
             raise ToolRefused("the workspace is empty: no coder wrote a file")
-        child = TaskInput(name="review", brief=a.brief, inputs=(ctx.state.refs["features"].id,))
+        items = ctx.state.refs.get(ITEMS)  # a job over many items: the reviewer checks them
+        inputs = (ctx.state.refs["features"].id, *((items.id,) if items else ()))
+        child = TaskInput(name="review", brief=a.brief, inputs=inputs)
         wave = self.wave("report", round_)
         return self.dispatch(ctx, "dispatch_reviewer", wave, [(Role.REVIEWER, child)], a)
 
@@ -198,6 +209,8 @@ class Planner(AgentTask):
             return [Message(role="user", content="The reviewer returned no verdict.")]
         verdict_ref = verdicts[-1]
         verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_ref.id))
+        reviewed = [r for s in self.results() for r in s.refs]
+        items_line = merge_checks(self.context, self, reviewed)
         marked = verdict.apply(self.feature_list())
         _, round_ = self.stage
         lines = [
@@ -215,6 +228,8 @@ class Planner(AgentTask):
         self.context.keep(ref, name="features")
         self.context.update(lambda s: s.with_ref("verdict", verdict_ref))
         text = f"Review round {round_} of {MAX_ROUNDS}; features now {ref.handle()}:\n"
+        if items_line:
+            lines.append(items_line)
         return [Message(role="user", content=text + "\n".join(lines))]
 
     def _resumed(self) -> list[Message]:
@@ -247,7 +262,12 @@ class Planner(AgentTask):
         elif phase == "resume":
             opening = self._resumed()
         else:
-            opening = self.results_message()
+            # After a wave of batches: the counts, by code; the coders' summaries stay
+            # artifacts (a hundred of them would be a hundred summaries in this context).
+            items_line = merge_reports(self.context, self) if phase == "review" else None
+            opening = (
+                [Message(role="user", content=items_line)] if items_line else self.results_message()
+            )
         outcome = self.drive(SYSTEM, self.tools(), phase, opening)
         if not outcome.ok:
             self.run.fail(f"planner: {outcome.reason}", retryable=False)
@@ -273,6 +293,9 @@ class Planner(AgentTask):
             "workspace": self.records.files(),
             "report": answer,
         }
+        items = self.context.state.refs.get(ITEMS)
+        if items is not None:
+            report["items"] = {**read_items(self, items).counts(), "list": items.id}
         failing = features.failing()
         ref = self.context.store(
             json.dumps(report, indent=1),

@@ -8,6 +8,8 @@ check as evidence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, Field
 
 from shared_state import Trust
@@ -16,7 +18,10 @@ from ..errors import ToolRefused
 from ..run_context import RunContext
 from ..sandbox import CheckRun, run_command, run_pytest
 from ..tools import Tool, ToolResult
+from .batch_tools import CHECKS as ITEM_CHECKS
+from .batch_tools import ITEMS, check_items, read_items
 from .features import WORKSPACE_CHECK, FeatureList, Verdict, VerdictList
+from .items import ItemList
 from .reader_tools import reader_tools
 from .subagent_tool import subagent_tool
 from .task import AgentTask
@@ -92,7 +97,7 @@ class Reviewer(AgentTask):
             feature = features.get(feature_id)
             self.run.check()  # checks take a while: stop at once if the lease was lost
             try:
-                run, source = self._check(files, feature_id, feature.check)
+                run, source = self._check(ctx, files, feature_id, feature.check)
             except OSError as exc:  # e.g. both "a" and "a/b.py" in the workspace
                 raise ToolRefused(f"cannot lay out the workspace: {exc}") from exc
             log = ctx.store(
@@ -111,9 +116,10 @@ class Reviewer(AgentTask):
         return ToolResult(content="\n\n".join(lines), refs=tuple(logs), reduced=True)
 
     def _check(
-        self, files: dict[str, str | bytes], feature_id: str, check: str
+        self, ctx: RunContext, files: Mapping[str, str | bytes], feature_id: str, check: str
     ) -> tuple[CheckRun, str]:
-        """A feature's run: its pytest arguments, or the job's own check command."""
+        """A feature's run: its pytest arguments, or the job's own check command (over
+        each item that is done, in a job over many items)."""
         if check != WORKSPACE_CHECK:
             return run_pytest(files, check), "pytest"
         if not self.run.job.check:
@@ -121,7 +127,17 @@ class Reviewer(AgentTask):
                 f"{feature_id}: its check is {WORKSPACE_CHECK!r}, but the job was submitted "
                 "without --check"
             )
+        items = self._items()
+        if items is not None:
+            return check_items(ctx, self, files, self.run.job.check, items), "check"
         return run_command(files, self.run.job.check), "check"
+
+    def _items(self) -> ItemList | None:
+        for artifact_id in self.input.inputs if self.input else ():
+            ref = self.artifacts.get(artifact_id)
+            if ref.kind == ITEMS:
+                return read_items(self, ref)
+        return None
 
     def _submit(self, ctx: RunContext, a: VerdictsArgs) -> ToolResult:
         features, state = self.features(), ctx.state
@@ -173,4 +189,5 @@ class Reviewer(AgentTask):
             + (f" ({v.note})" if v.note else "")
             for v in verdict.verdicts
         )
-        self.finish(text, refs=[verdict_ref, *state.of_kind("log")])
+        # The per-item checks go back too: the planner's code marks the items from them.
+        self.finish(text, refs=[verdict_ref, *state.of_kind("log"), *state.of_kind(ITEM_CHECKS)])

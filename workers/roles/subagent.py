@@ -31,6 +31,7 @@ class Subagent(AgentTask):
         readers = ["read_lines", "grep_artifact", "extract_fields", "slim"]
         return [
             *reader_tools(self, dict.fromkeys(readers, phases)),
+            *self.workspace_tools(phases),
             Tool(
                 "save_note",
                 "Store exact material as an artifact; returns its handle.",

@@ -247,9 +247,13 @@ class AgentTask:
         self.run.check()
         self.records.write(self.run.claim, checkpoint=working.model_dump_json())
 
-    def write_files(self, files: dict[str, str]) -> None:
+    def write_files(
+        self, files: dict[str, str], guards: dict[str, str | None] | None = None
+    ) -> None:
+        """Write workspace entries (path -> artifact id, or DELETED); with ``guards`` (path
+        -> the entry read, None for none) only if none changed since (RecordChanged)."""
         self.run.check()
-        self.records.write(self.run.claim, files=files)
+        self.records.write(self.run.claim, files=files, file_guards=guards)
 
     def finish(
         self, text: str, *, refs: Sequence[ArtifactRef] = (), condense: bool = False

@@ -14,12 +14,12 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pathspec
 from pydantic import BaseModel, Field
 
-from shared_state import JournalEntry, Trust
+from shared_state import EffectStatus, JournalEntry, RecordChanged, Trust
 from shared_state.workspace import DELETED, FileEntry, Workspace, WorkspaceError
 
 from ..context import ROLE_BUDGETS, Slot
@@ -71,10 +71,13 @@ class RenameArgs(BaseModel):
 
 def version(workspace: Workspace, path: str) -> str:
     """What a path holds now: the job's artifact id, ``base:<sha256>``, or '' (no file)."""
-    entry = workspace.files().get(path)
-    if entry is None:
-        return ""
-    return entry.artifact or f"base:{entry.sha256}"
+    return _version(path, workspace.changed(), workspace.base())
+
+
+def _version(path: str, changed: dict[str, str], base: dict[str, FileEntry]) -> str:
+    if path in changed:
+        return changed[path]  # an artifact id, or DELETED ('', as for no file)
+    return f"base:{base[path].sha256}" if path in base else ""
 
 
 class ChangeFiles:
@@ -94,7 +97,21 @@ class ChangeFiles:
 
     def apply(self, entry: JournalEntry) -> str:
         changes = entry.detail["changes"]
-        self.agent.write_files({p: c["after"] for p, c in changes.items()})
+        try:
+            self.agent.write_files(
+                {p: c["after"] for p, c in changes.items()},
+                guards={p: c["read"] for p, c in changes.items()},
+            )
+        except RecordChanged as exc:
+            # Another coder wrote the file since this one read it: nothing was written,
+            # and the journal says so (a resumed attempt does not take it for unsettled).
+            self.agent.records.write(
+                self.agent.run.claim, journal=[entry.to(EffectStatus.NOT_DONE, str(exc))]
+            )
+            raise ToolRefused(
+                f"{self.name}: {exc.field} changed since you read it (another task wrote "
+                "it): read it again and redo the change"
+            ) from exc
         return entry.detail["summary"]
 
     def check(self, entry: JournalEntry) -> bool | None:
@@ -195,21 +212,39 @@ def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
     """edit_file, delete_file and rename_file, for coders: journaled like write_file."""
     ws = task.workspace
 
-    def current(path: str) -> FileEntry:
-        entry = ws.files().get(path)
-        if entry is None:
+    def current(path: str) -> tuple[FileEntry, dict[str, FileEntry], dict[str, str]]:
+        """The file, the tree and the job's changes, from one read of the changes."""
+        changed = ws.changed()
+        tree = ws.files(changed)
+        if path not in tree:
             raise ToolRefused(f"no file {path!r} in the workspace (find_files lists them)")
-        return entry
+        return tree[path], tree, changed
 
     def change(
-        ctx: RunContext, tool: str, target: str, args: BaseModel, plan: dict[str, Any]
+        ctx: RunContext,
+        tool: str,
+        target: str,
+        args: BaseModel,
+        paths: dict[str, str],
+        changed: dict[str, str],
+        summary: str,
     ) -> ToolResult:
+        # Each path's version before and workspace entry as read (the write happens only
+        # if that entry still is: a file two coders edit is never overwritten stale).
+        base = ws.base()
+        plan = {
+            "changes": {
+                p: {"before": _version(p, changed, base), "read": changed.get(p), "after": after}
+                for p, after in paths.items()
+            },
+            "summary": summary,
+        }
         done = ctx.perform(tool, target, args.model_dump(), lambda: plan)
         return ToolResult(content=done)
 
     def edit_file(ctx: RunContext, a: EditArgs) -> ToolResult:
         path = str(workspace_path(a.path))
-        entry = current(path)
+        entry, _, changed = current(path)
         try:
             text = ws.text_of(entry)
         except WorkspaceError as exc:
@@ -223,38 +258,26 @@ def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             )
         ref = ctx.store(text.replace(a.old, a.new, 1), kind="file", title=path)
         line = text[: text.index(a.old)].count("\n") + 1
-        plan = {
-            "changes": {path: {"before": version(ws, path), "after": ref.id}},
-            "summary": f"edited {path} at line {line}; it is now {ref.id}",
-        }
-        return change(ctx, "edit_file", path, a, plan)
+        summary = f"edited {path} at line {line}; it is now {ref.id}"
+        return change(ctx, "edit_file", path, a, {path: ref.id}, changed, summary)
 
     def delete_file(ctx: RunContext, a: PathArgs) -> ToolResult:
         path = str(workspace_path(a.path))
-        current(path)
-        plan = {
-            "changes": {path: {"before": version(ws, path), "after": DELETED}},
-            "summary": f"deleted {path}",
-        }
-        return change(ctx, "delete_file", path, a, plan)
+        _, _, changed = current(path)
+        return change(ctx, "delete_file", path, a, {path: DELETED}, changed, f"deleted {path}")
 
     def rename_file(ctx: RunContext, a: RenameArgs) -> ToolResult:
         path, to = str(workspace_path(a.path)), str(workspace_path(a.to))
-        entry = current(path)
-        if to in ws.files():
+        entry, tree, changed = current(path)
+        if to in tree:
             raise ToolRefused(f"rename_file: {to!r} exists already (delete it first)")
         try:
             ref = ctx.store(ws.text_of(entry), kind="file", title=to)
         except WorkspaceError as exc:
             raise ToolRefused(str(exc)) from exc
-        plan = {
-            "changes": {
-                path: {"before": version(ws, path), "after": DELETED},
-                to: {"before": "", "after": ref.id},
-            },
-            "summary": f"renamed {path} to {to}",
-        }
-        return change(ctx, "rename_file", f"{path}>{to}", a, plan)
+        paths = {path: DELETED, to: ref.id}
+        summary = f"renamed {path} to {to}"
+        return change(ctx, "rename_file", f"{path}>{to}", a, paths, changed, summary)
 
     return [
         Tool(

@@ -199,6 +199,11 @@ function renderUsage(doc) {
     ["cost", replay ? `${usd(u.cost_usd)} had a model been paid` : usd(u.cost_usd)],
     ["providers", replay ? `${providers}: a replay, no model was called` : providers || "none"],
   ];
+  const i = doc.items;
+  if (i) {  // a job over many items: the counts as of the planner's last stage
+    rows.push(["items", `${i.done + i.validated} of ${i.total} done (${i.validated} validated, ` +
+      `${i.failed} failed, ${i.pending} pending)`]);
+  }
   document.getElementById("usage").replaceChildren(
     ...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]),
   );

@@ -1,0 +1,1 @@
+"""A small shop's stock: item name -> units on hand."""
