@@ -54,6 +54,8 @@ from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, Task
 from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 from shared_state.names import check_name
+from workers.errors import ToolRefused
+from workers.sandbox import command_args
 
 from . import views
 from .apply import Applied, apply_job
@@ -179,6 +181,11 @@ class Client:
         ``import_workspace`` returned; ``check``: the workspace's own check
         command, run by the reviewer over the job's files.
         """
+        if check:
+            try:
+                command_args(check)  # {item} only as an argument of its own: refused now
+            except ToolRefused as exc:
+                raise CoordinatorError(f"--check: {exc}") from exc
         if isinstance(workspace, Path):
             workspace = self.import_workspace(workspace, tenant=tenant)
         spec = JobSpec(

@@ -29,6 +29,8 @@ from .errors import CoordinatorError
 from .patch import diff, patch_text
 
 FEATURE_ID = re.compile(r"\bF[0-9]{1,3}\b")
+_GIT_PLACES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+               "GIT_COMMON_DIR", "GIT_NAMESPACE")  # fmt: skip
 _IDENT = {"GIT_AUTHOR_NAME": "redfleet", "GIT_AUTHOR_EMAIL": "redfleet@localhost"}
 
 
@@ -89,11 +91,14 @@ def apply_job(
         git.index = str(Path(tmp, "index"))
         git.run("read-tree", parent)
         for message, group in _groups(state, job_id, ws, changes):
-            if three_way:
-                git.run("apply", "--cached", "--3way", "-", stdin=_patch(ws, group))
-            else:
-                for change in group:
-                    _stage(git, ws, change)
+            # A binary file is staged whole (a patch cannot carry it); with --three-way the
+            # text changes merge onto HEAD through their blob ids, else they are staged whole.
+            binary = [c for c in group if _binary(c)]
+            text = [c for c in group if not _binary(c)]
+            for change in binary if three_way else group:
+                _stage(git, ws, change)
+            if three_way and text:
+                git.run("apply", "--cached", "--3way", "-", stdin=_patch(ws, text))
             tree = git.run("write-tree").strip()
             parent = git.run("commit-tree", tree, "-p", parent, "-m", message).strip()
             out.commits.append(Commit(parent, message, [c.path for c in group]))
@@ -163,11 +168,13 @@ def _writes(tool: str, detail: dict) -> dict[str, str]:
     """What a journaled file effect left at each path (artifact id, or DELETED)."""
     if tool == "write_file":
         return {detail["path"]: detail["artifact"]}
-    if tool == "append_file":
-        return {detail["path"]: detail["after"]}
-    if "changes" in detail:  # edit_file, delete_file, rename_file
+    if "changes" in detail:  # append_file, edit_file, delete_file, rename_file
         return {p: c["after"] for p, c in detail["changes"].items()}
     return {}
+
+
+def _binary(change: Change) -> bool:
+    return any(e is not None and e.binary for e in (change.before, change.after))
 
 
 def _patch(ws: Workspace, group: list[Change]) -> bytes:
@@ -192,7 +199,8 @@ class _Git:
             raise ApplyRefused(f"--repo {repo}: not a git repository (no .git)")
         self.repo = repo
         self.index = ""
-        self.env = dict(os.environ)
+        # Variables that would point git elsewhere than -C says (a hook's, a wrapper's).
+        self.env = {k: v for k, v in os.environ.items() if k not in _GIT_PLACES}
         if not self.ok("var", "GIT_AUTHOR_IDENT"):  # no user.name/email: say who made it
             self.env |= _IDENT | {"GIT_COMMITTER_NAME": "redfleet"}
             self.env["GIT_COMMITTER_EMAIL"] = _IDENT["GIT_AUTHOR_EMAIL"]

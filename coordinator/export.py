@@ -76,11 +76,13 @@ def export_job(
     workspace = state.workspace(job_id)  # JobNotFound before anything is touched
     store = state.artifacts(job_id)
     planned: dict[str, bytes] = {}  # relative path -> content
+    modes: dict[str, int] = {}  # a file's permission bits, where the workspace has them
     if patch:
         planned[f"{job_id}.patch"] = patch_text(diff(workspace)).encode()
     else:
-        for entry in workspace.files().values():
-            planned[entry.path] = workspace.data(entry)
+        files = list(workspace.files().values())
+        planned.update(workspace.data_of(files))
+        modes.update({e.path: e.mode for e in files})
     if verdicts:
         for ref in store.list():
             if ref.kind == "verdict":
@@ -98,12 +100,12 @@ def export_job(
     out = Exported(dest)
     for rel, target in targets.items():
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_whole(target, planned[rel])
+        _write_whole(target, planned[rel], modes.get(rel, 0o644))
         out.files.append(rel)
     return out
 
 
-def _write_whole(target: Path, data: bytes) -> None:
+def _write_whole(target: Path, data: bytes, mode: int) -> None:
     """Write ``target`` through a new temporary file beside it, then rename it into place.
 
     A reader never sees half a file, and the temporary file is created new
@@ -112,7 +114,7 @@ def _write_whole(target: Path, data: bytes) -> None:
     """
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TMP_SUFFIX)
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, mode & 0o755)  # a script stays executable; nothing is world-writable
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)

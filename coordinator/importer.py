@@ -207,8 +207,51 @@ def _size(n: int) -> str:
 
 
 def _walk(root: Path, skipped: list[str]) -> Iterator[_Listed]:
-    """Files under ``root``, by sorted path, honouring each folder's ``.gitignore``; the
-    paths left out go to ``skipped``."""
+    """Files under ``root``, by sorted path, honouring the ignore rules; the paths left out
+    go to ``skipped``. A folder inside a git work tree (not its top) takes git's own rules
+    (``git ls-files --exclude-standard``: the repository's .gitignore files above it too);
+    any other folder each of its ``.gitignore`` files, through pathspec. A symlink is kept
+    as the file it names only when that file is itself kept (a link to an ignored secret is
+    not a way in); a link to a folder is left out."""
+    found = _git_listing(root)
+    paths = found if found is not None else list(_pathspec_listing(root, skipped))
+    kept = set(paths)
+    for path in paths:
+        full = root / path
+        if full.is_symlink():
+            target = full.resolve()
+            if not target.is_relative_to(root):
+                raise ImportRefused(f"{path}: a symlink leading out of the workspace")
+            if target.relative_to(root).as_posix() not in kept:
+                skipped.append(path)  # it names an ignored file, or a folder
+                continue
+        yield _listed(root, full, path)
+
+
+def _git_listing(root: Path) -> list[str] | None:
+    """The files of a folder inside a git work tree (tracked, and untracked but not
+    ignored), by git's rules; None for a folder that is not in one, one the repository
+    ignores (a virtualenv's package: imported by its own .gitignore files), or without git."""
+    try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+                             capture_output=True, check=False)  # fmt: skip
+        if top.returncode != 0:
+            return None
+        ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "."],
+                                 capture_output=True, check=False)  # fmt: skip
+        if ignored.returncode == 0:
+            return None  # the folder is one its repository ignores: its own rules only
+        listing = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
+            capture_output=True, check=True,
+        )  # fmt: skip
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return None
+    names = listing.stdout.decode("utf-8", "surrogateescape").split("\0")
+    return sorted(n for n in names if n and not (root / n).is_dir())
+
+
+def _pathspec_listing(root: Path, skipped: list[str]) -> Iterator[str]:
     specs: list[tuple[str, pathspec.GitIgnoreSpec]] = []  # (folder prefix, its rules)
     for folder, dirs, names in os.walk(root, followlinks=False):
         rel = os.path.relpath(folder, root)
@@ -218,19 +261,27 @@ def _walk(root: Path, skipped: list[str]) -> Iterator[_Listed]:
         if ignore.is_file():
             specs.append((prefix, pathspec.GitIgnoreSpec.from_lines(_lines(ignore, prefix))))
         gone = [d for d in dirs if d == ".git" or _ignored(specs, prefix + d + "/")]
-        skipped += [prefix + d for d in gone if d != ".git"]
-        dirs[:] = sorted(set(dirs) - set(gone))
+        links = [d for d in dirs if d not in gone and Path(folder, d).is_symlink()]
+        skipped += [prefix + d for d in gone + links if d != ".git"]  # a link to a folder
+        dirs[:] = sorted(set(dirs) - set(gone) - set(links))
         for name in sorted(names):
             path = prefix + name
             if _ignored(specs, path):
                 skipped.append(path)
             else:
-                yield _listed(root, Path(folder, name), path)
+                yield path
 
 
 def _ignored(specs: list[tuple[str, pathspec.GitIgnoreSpec]], path: str) -> bool:
-    """Whether a ``.gitignore`` on the way to ``path`` (a folder ends in '/') leaves it out."""
-    return any(spec.match_file(path[len(prefix) :]) for prefix, spec in specs)
+    """Whether the ``.gitignore`` files on the way to ``path`` (a folder ends in '/') leave
+    it out: as git decides, the deepest file with a rule for it has the last word (a
+    nested ``!keep.log`` brings back what the root ignores)."""
+    decided = None
+    for prefix, spec in specs:  # from the root down
+        include = spec.check_file(path[len(prefix) :]).include
+        if include is not None:
+            decided = include
+    return bool(decided)
 
 
 def _lines(ignore: Path, prefix: str) -> list[str]:
@@ -325,16 +376,25 @@ class _GitReader:
             if kind == "commit":
                 continue  # a submodule: not this repository's files
             if mode == "120000":
-                yield self._link(path, obj, blobs)
+                linked = self._link(path, obj, blobs)
+                if linked is not None:
+                    yield linked
                 continue
             yield _Listed(path, int(size), 0o755 if mode == "100755" else 0o644, self._reader(obj))
 
-    def _link(self, path: str, obj: str, blobs: dict[str, tuple[str, str, str, str]]) -> _Listed:
-        """A symlink in the commit: the file it names inside the tree, else refused."""
+    def _link(
+        self, path: str, obj: str, blobs: dict[str, tuple[str, str, str, str]]
+    ) -> _Listed | None:
+        """A symlink in the commit: the file it names inside the tree; None for a link to a
+        folder of it (left out); refused if it leads out."""
         target = self._reader(obj)().decode("utf-8", "surrogateescape")
         joined = os.path.normpath(os.path.join(os.path.dirname(path), target))
-        if target.startswith("/") or joined.startswith("..") or joined not in blobs:
+        if target.startswith("/") or joined == ".." or joined.startswith("../"):
             raise ImportRefused(f"{path}: a symlink leading out of the workspace ({target})")
+        if joined not in blobs:
+            if any(p.startswith(joined + "/") for p in blobs):
+                return None  # a folder of the tree: its files are imported where they are
+            raise ImportRefused(f"{path}: a symlink to {target}, which the commit lacks")
         mode, kind, obj, size = blobs[joined]
         if kind != "blob" or mode == "120000":
             raise ImportRefused(f"{path}: a symlink to {target}, which is not a file")

@@ -8,11 +8,13 @@ is named, never shown.
 from __future__ import annotations
 
 import difflib
+import hashlib
 from dataclasses import dataclass
 
 from shared_state.workspace import Change, Workspace
 
 _GIT_FILE = 0o100000  # git's mode bits of a regular file (100644, 100755)
+_NULL = "0" * 40  # git's id of no blob
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,27 @@ def diff(workspace: Workspace) -> list[FileDiff]:
 
 def _file_diff(ws: Workspace, change: Change) -> FileDiff:
     before, after = change.before, change.after
+    old_data = ws.data(before) if before else b""
+    new_data = ws.data(after) if after else b""
+    # git's blob ids of both sides: `git apply --3way` finds the base in the repository by
+    # them, so a patch whose context moved still merges.
+    ids = (
+        f"index {_blob_id(old_data) if before else _NULL}..{_blob_id(new_data) if after else _NULL}"
+    )
+    header = f"diff --git a/{change.path} b/{change.path}\n"
+    if change.kind == "added" and after:
+        header += f"new file mode {_GIT_FILE | after.mode:o}\n{ids}\n"
+    elif change.kind == "deleted" and before:
+        header += f"deleted file mode {_GIT_FILE | before.mode:o}\n{ids}\n"
+    elif after:
+        header += f"{ids} {_GIT_FILE | after.mode:o}\n"
     if (before and before.binary) or (after and after.binary):
-        text = f"Binary files a/{change.path} and b/{change.path} differ\n"
+        text = header + f"Binary files a/{change.path} and b/{change.path} differ\n"
         return FileDiff(change.path, change.kind, 0, 0, True, text)
-    old = ws.text_of(before).splitlines(keepends=True) if before else []
-    new = ws.text_of(after).splitlines(keepends=True) if after else []
     lines = list(
         difflib.unified_diff(
-            old,
-            new,
+            _lines(old_data.decode()),
+            _lines(new_data.decode()),
             fromfile=f"a/{change.path}" if before else "/dev/null",
             tofile=f"b/{change.path}" if after else "/dev/null",
         )
@@ -54,12 +68,20 @@ def _file_diff(ws: Workspace, change: Change) -> FileDiff:
     body = "".join(ln if ln.endswith("\n") else ln + marked for ln in lines)
     added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
-    header = f"diff --git a/{change.path} b/{change.path}\n"
-    if change.kind == "added":
-        header += f"new file mode {_GIT_FILE | after.mode:o}\n" if after else ""
-    elif change.kind == "deleted":
-        header += f"deleted file mode {_GIT_FILE | before.mode:o}\n" if before else ""
     return FileDiff(change.path, change.kind, added, removed, False, header + body)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as git counts them: split at '\\n' only (a form feed or a lone '\\r' is text)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines
+
+
+def _blob_id(data: bytes) -> str:
+    """git's id of a blob (SHA-1 over its header and bytes): an identifier, not a digest
+    anything trusts."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def patch_text(diffs: list[FileDiff]) -> str:

@@ -23,17 +23,24 @@ _IDENTITY = {
 }
 
 
+# The user's git settings stay out of the demo's commit: no signing, no hooks.
+_QUIET = ["-c", "commit.gpgsign=false", "-c", f"core.hooksPath={os.devnull}"]
+
+
 def lay_out(dest: Path) -> bool:
     """A fresh copy of the sample at ``dest`` (what a previous demo left is replaced);
-    True if it is a git repository with one commit, False if git is not installed."""
+    True if it is a git repository with one commit, False if git is not installed or
+    would not commit (the demo then works on the folder, and says how to save a patch)."""
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(SAMPLE, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ, **_IDENTITY}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _IDENTITY
+    steps = (["init", "-q"], ["add", "-A"], ["commit", "-qm", "The shop as it was"])
     try:
-        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "The shop as it was"]):
-            subprocess.run(["git", "-C", str(dest), *args], env=env, check=True,
+        for args in steps:
+            subprocess.run(["git", *_QUIET, "-C", str(dest), *args], env=env, check=True,
                            capture_output=True)  # fmt: skip
-    except FileNotFoundError:
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        shutil.rmtree(dest / ".git", ignore_errors=True)
         return False
     return True

@@ -21,6 +21,8 @@ from . import keys
 from .errors import NotFound
 
 PREVIEW_CHARS = 600
+NO_KEY = -2  # PTTL of a key that does not exist
+ORPHAN_TTL_S = 24 * 3600  # an artifact written for a job whose record is gone
 
 
 class Trust(StrEnum):
@@ -147,6 +149,12 @@ class ArtifactStore:
             # Written after the job finished (its clock runs): it goes when the job goes.
             # Before, the job's finish finds it in the index and sets its expiry then.
             self.client.pexpire(key, job_ttl_ms)
+        elif job_ttl_ms == NO_KEY:
+            # No job record (it expired, or never was): nothing would ever expire these.
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.expire(key, ORPHAN_TTL_S)
+                pipe.expire(keys.artifacts(self.job_id), ORPHAN_TTL_S, nx=True)
+                pipe.execute()
         return ref
 
     def get(self, artifact_id: str) -> ArtifactRef:

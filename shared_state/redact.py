@@ -39,9 +39,16 @@ _NAME = (
     r"|(?:access|refresh|auth|api|bearer)[_-]?token)\b[\"']?"
 )
 _VALUE = r"[^\s&,;'\"]"
+# Not a value but code that names one (token=self.token, password=None, key=os.environ[...],
+# secret=${SECRET}, a template's {{ token }}): left as it is, so a note quoting code stays
+# verbatim.
+_CODE = (
+    r"(?!(?:None|True|False|null|nil|undefined)\b|(?:self|cls|os|env|config|settings|args)\."
+    r"|getenv\b|\$|\{\{|<)"
+)
 _ASSIGNED = re.compile(
-    rf"(?P<head>(?<![A-Za-z0-9]){_NAME}\s*=\s*[\"']?"
-    rf"|(?<![A-Za-z0-9/])(?<!--){_NAME}\s*:\s*[\"']?"
+    rf"(?P<head>(?<![A-Za-z0-9]){_NAME}\s*=\s*[\"']?{_CODE}"
+    rf"|(?<![A-Za-z0-9/])(?<!--){_NAME}\s*:\s*[\"']?{_CODE}"
     rf"(?={_VALUE}{{6,}}|{_VALUE}*[0-9!@#$%^*_+/~-]))(?P<secret>{_VALUE}+)",
     re.IGNORECASE,
 )

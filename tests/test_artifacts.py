@@ -30,6 +30,7 @@ def test_an_unknown_artifact_is_an_error(store) -> None:
 
 def test_an_artifact_of_a_running_job_never_expires_and_is_listed() -> None:
     client = fakeredis.FakeRedis()
+    client.hset(keys.job("j-1"), "status", "running")  # a job record with no expiry yet
     store = ArtifactStore(client, "j-1")
     ref = store.put("hello", kind="note", trust=Trust.TRUSTED)
     assert client.ttl(keys.artifact("j-1", ref.id)) == -1
@@ -42,3 +43,10 @@ def test_an_artifact_written_after_its_job_finished_goes_with_the_job() -> None:
     client.expire(keys.job("j-1"), 60)  # the job's retention clock runs
     ref = ArtifactStore(client, "j-1").put("late", kind="note")
     assert 0 < client.ttl(keys.artifact("j-1", ref.id)) <= 60
+
+
+def test_an_artifact_written_for_a_job_whose_record_is_gone_still_expires() -> None:
+    client = fakeredis.FakeRedis()  # no job hash at all: expired after its retention
+    ref = ArtifactStore(client, "j-gone").put("late", kind="note")
+    assert 0 < client.ttl(keys.artifact("j-gone", ref.id)) <= 24 * 3600
+    assert 0 < client.ttl(keys.artifacts("j-gone")) <= 24 * 3600

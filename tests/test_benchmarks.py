@@ -104,3 +104,17 @@ def test_fleet_scale_refuses_a_load_without_slots_as_a_usage_error() -> None:
     proc = run_benchmark("fleet_scale.py", "--loads-b", "10x0", timeout=60)
     assert proc.returncode == 2
     assert "PROCESSESxSLOTS" in proc.stderr
+
+
+def test_repo_audit_tiny_run_finds_what_the_honest_model_was_shown() -> None:
+    proc = run_benchmark(
+        "repo_audit.py", "--files", "12", "--slots", "2", "--delay-s", "0", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (generated,) = json.loads(proc.stdout)["results"]
+    (run,) = generated["runs"]
+    assert run["status"] == "succeeded" and run["calls"] > 0
+    # Every def of a small repository reaches the honest model whole: nothing is missed.
+    assert (run["recall"], run["precision"]) == (1.0, 1.0)
+    assert generated["naive"]["recall"] == 1.0 and generated["naive"]["input_tokens"] > 0
+    assert generated["import"]["again_sent"] == 0 and generated["import"]["first_sent"] > 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workers.errors import ToolRefused
-from workers.sandbox import MAX_LOG_BYTES, run_pytest
+from workers.sandbox import MAX_LOG_BYTES, command_args, run_commands, run_pytest, with_item
 
 MODULE = {"m.py": "def f():\n    return 1\n"}
 
@@ -65,3 +67,24 @@ def test_checks_are_limited_to_test_ids_in_the_workspace_and_a_few_options(
 ) -> None:
     with pytest.raises(ToolRefused, match=why):
         run_pytest(MODULE, check)
+
+
+def test_an_item_is_one_argument_that_no_shell_reads(tmp_path: Path) -> None:
+    planted = tmp_path / "pwned"
+    item = f"ok'$(touch {planted})' --version"
+    argv = command_args("sh -c 'echo \"[$1]\"' item {item}")
+    (run,) = run_commands({"a.txt": "x\n"}, [("check", with_item(argv, item))])
+    assert run.passed and f"[{item}]" in run.log  # printed as it is, not run
+    assert not planted.exists()
+    with pytest.raises(ToolRefused, match="must be an argument of its own"):
+        command_args("sh -c 'echo {item}'")
+
+
+def test_a_check_of_any_kind_runs_under_the_caps_and_keeps_its_mode() -> None:
+    script = "#!/bin/sh\nhead -c 3000000 /dev/zero\n"
+    argv = command_args("./big.sh")
+    (run,) = run_commands({"big.sh": script}, [("check", argv)], modes={"big.sh": 0o755})
+    assert not run.passed  # the file-size cap stopped it
+    assert run.log_bytes <= MAX_LOG_BYTES
+    (plain,) = run_commands({"big.sh": script}, [("check", argv)])  # no +x: a failed run
+    assert plain.exit_code == 126 and "cannot run it" in plain.log

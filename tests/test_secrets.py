@@ -133,3 +133,9 @@ def test_a_failure_reason_and_a_cancel_reason_are_masked_before_they_are_stored(
     other = state.jobs.submit(JobSpec(goal="g"))
     state.jobs.cancel(other.job_id, reason=f"stopped; token={KEY}")
     assert KEY.encode() not in _every_value(state)
+
+
+def test_code_that_names_a_secret_is_left_verbatim_and_a_value_is_not() -> None:
+    for code in ("token=self.token", "password=None", 'key=os.environ["KEY"]', "pw=${PW}"):
+        assert redact(code) == code
+    assert redact("password=hunter2 and token=self.token") == "password=*** and token=self.token"

@@ -186,7 +186,8 @@ FIX = {
             _call("edit_file", path="m.py", old="x", new="y"),  # matches three times: refused
             _call("edit_file", path="m.py", old="return x + 1", new="return x * 2"),
             _call("delete_file", path="notes.txt"),
-            {"text": "m.py fixed, notes.txt removed"},
+            _call("append_file", path="r.md", text="more\n"),  # onto the submitted file
+            {"text": "m.py fixed, notes.txt removed, r.md extended"},
         ],
         "planner/review": [_call("dispatch_reviewer", brief="check F1")],
         "reviewer.review": [
@@ -239,15 +240,18 @@ def test_a_job_over_a_repository_edits_it_once_and_its_diff_applies_to_the_repos
     assert ws.text("m.py") == "def double(x):\n    return x * 2\n"  # the edit, made once
     assert "notes.txt" not in ws.files() and ws.changed()["notes.txt"] == DELETED
     stat = run("diff", job.job_id, "--stat", url=redis_url)
+    assert ws.text("r.md") == "r\nmore\n"  # appended to what was submitted, not replaced
     assert stat.stdout.splitlines() == [
-        "modified m.py (+1 -1)", "deleted  notes.txt (+0 -1)", "2 files changed, +1 -2"
+        "modified m.py (+1 -1)", "deleted  notes.txt (+0 -1)", "modified r.md (+1 -0)",
+        "3 files changed, +2 -2",
     ]  # fmt: skip
     applied = run("apply", job.job_id, "--repo", str(repo), "--json", url=redis_url)
     assert applied.returncode == 0, applied.stderr
     (commit,) = json.loads(applied.stdout)["commits"]  # one passing feature: one commit
     branch = f"redfleet/{job.job_id}"
     assert commit["message"].startswith("F1: double(x) returns 2x\n")
-    assert "evidence: a-" in commit["message"] and sorted(commit["paths"]) == ["m.py", "notes.txt"]
+    assert "evidence: a-" in commit["message"]
+    assert sorted(commit["paths"]) == ["m.py", "notes.txt", "r.md"]
     assert git(repo, "show", f"{branch}:m.py") == ws.text("m.py")
     assert git(repo, "ls-tree", "--name-only", branch).split() == ["m.py", "r.md", "test_m.py"]
     assert git(repo, "status", "--porcelain") == ""  # the working tree and index untouched
@@ -258,7 +262,8 @@ def test_a_job_over_a_repository_edits_it_once_and_its_diff_applies_to_the_repos
     git(repo, "apply", "--check", str(out / f"{job.job_id}.patch"))
     git(repo, "apply", str(out / f"{job.job_id}.patch"))
     assert (repo / "m.py").read_text() == ws.text("m.py") and not (repo / "notes.txt").exists()
-    assert sorted(git(repo, "status", "--porcelain").split()) == ["D", "M", "m.py", "notes.txt"]
+    status = sorted(git(repo, "status", "--porcelain").split())
+    assert status == ["D", "M", "M", "m.py", "notes.txt", "r.md"]
     assert state.client.exists(keys.tree("default", report.tree))
     store = state.artifacts(job.job_id)
     (log,) = [r for r in store.list() if r.kind == "log"]
@@ -277,7 +282,8 @@ def test_apply_refuses_a_moved_repository_and_merges_three_ways_when_asked(
     claim = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000).claim
     edited = state.artifacts(job.job_id).put(BUGGY.replace("+ 1", "* 2"), kind="file")
     state.records(job.job_id).write(claim, files={"m.py": edited.id})
-    (repo / "r.md").write_text("one\ntwo\nthree\nfour\n")  # someone else's commit since
+    (repo / "r.md").write_text("one\ntwo\nthree\nfour\n")  # someone else's commits since:
+    (repo / "m.py").write_text("# doubling\n" + BUGGY)  # one in the file the job edited too
     git(repo, "commit", "-qam", "moved on")
     moved = run("apply", job.job_id, "--repo", str(repo), url=redis_url)
     assert_one_line_error(moved, "moved since the job's base", "--three-way")
@@ -286,7 +292,8 @@ def test_apply_refuses_a_moved_repository_and_merges_three_ways_when_asked(
     assert merged.returncode == 0, merged.stderr
     branch = f"redfleet/{job.job_id}"
     assert git(repo, "show", f"{branch}:r.md") == "one\ntwo\nthree\nfour\n"  # theirs kept
-    assert "x * 2" in git(repo, "show", f"{branch}:m.py")  # ours applied
+    # Ours merged onto theirs in the same file: a three-way merge, not a plain apply.
+    assert git(repo, "show", f"{branch}:m.py") == "# doubling\n" + BUGGY.replace("+ 1", "* 2")
     assert git(repo, "rev-parse", f"{branch}~1") == git(repo, "rev-parse", "HEAD")
     folder = tmp_path / "plain"
     folder.mkdir()
@@ -296,3 +303,37 @@ def test_apply_refuses_a_moved_repository_and_merges_three_ways_when_asked(
     )
     refused = run("apply", plain.job_id, "--repo", str(repo), url=redis_url)
     assert_one_line_error(refused, "not submitted from a git repository", "--patch")
+
+
+def test_ignore_rules_decide_as_git_does_and_a_link_is_no_way_around_them(
+    state: State, tmp_path: Path
+) -> None:
+    root = tmp_path / "plain"
+    for path, text in {
+        ".gitignore": "*.log\n.env\n",
+        "sub/.gitignore": "!keep.log\n",  # a deeper rule has the last word
+        "sub/keep.log": "kept\n",
+        "sub/drop.log": "dropped\n",
+        ".env": "SECRET=1\n",
+        "a.py": "a\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    (root / "config").symlink_to(root / ".env")  # a link to an ignored secret
+    (root / "lib").symlink_to(root / "sub")  # a link to a folder
+    report = import_workspace(state.client, "t1", root)
+    files = state.workspace_tree("t1", report.tree)
+    assert sorted(files) == [".gitignore", "a.py", "sub/.gitignore", "sub/keep.log"]
+
+
+def test_a_folder_inside_a_repository_takes_the_repositorys_ignore_rules(
+    state: State, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo", {".gitignore": "*.env\nnode_modules/\n", "app/a.py": "a\n"})
+    (repo / "app" / "local.env").write_text("TOKEN=1\n")  # ignored by the repository's root
+    (repo / "app" / "node_modules").mkdir()
+    (repo / "app" / "node_modules" / "big.js").write_text("x\n")
+    (repo / "app" / "new.py").write_text("untracked, not ignored\n")
+    report = import_workspace(state.client, "t1", repo / "app")
+    assert sorted(state.workspace_tree("t1", report.tree)) == ["a.py", "new.py"]
+    assert report.commit == ""  # a folder of a repository, not the repository at a commit

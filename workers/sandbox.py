@@ -6,9 +6,12 @@ or the workspace's own check command (``submit --check``: the user's, never a
 model's): a fresh temporary directory, a pytest check limited to test ids in
 that directory and the ``-k``/``-m``/``-x`` options, a wall-clock timeout
 (the process group is killed, also after a normal exit), no network for
-Python code (an audit hook refuses socket connects and name lookups), and
-limits on file size (the log cannot grow past its cap), memory and CPU time.
-The raw log is the evidence.
+Python code (an audit hook refuses socket connects and name lookups), and,
+for a check of any kind (a shell script, a binary) and every process it
+starts, limits on file size (the log cannot grow past its cap), memory and
+CPU time, set by a launcher that then execs the check. A check's ``{item}``
+is one argument, replaced by one item as it is: no shell reads it. The raw
+log is the evidence.
 
 This is a guard against accidents, not a security boundary: the checked code
 runs as the worker's user. When the model or its inputs are not trusted,
@@ -26,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -38,15 +41,11 @@ MAX_MEMORY_BYTES = 2 * 1024**3
 MAX_CPU_S = 120
 OPTIONS_WITH_VALUE = ("-k", "-m")
 FLAGS = ("-x",)
+ITEM = "{item}"  # in a workspace's check: replaced by one item, as one argument
 
-# Loaded first by the checked interpreter (PYTHONPATH): audit hooks cannot be removed,
-# and the file-size limit holds for the log it writes and for every process it starts.
-_GUARD = f"""import resource
-import sys
-
-resource.setrlimit(resource.RLIMIT_FSIZE, ({MAX_LOG_BYTES}, {MAX_LOG_BYTES}))
-resource.setrlimit(resource.RLIMIT_AS, ({MAX_MEMORY_BYTES}, {MAX_MEMORY_BYTES}))
-resource.setrlimit(resource.RLIMIT_CPU, ({MAX_CPU_S}, {MAX_CPU_S}))
+# Loaded first by a checked Python interpreter (PYTHONPATH): audit hooks cannot be removed.
+# (The caps on file size, memory and CPU come from the launcher, for checks of any kind.)
+_GUARD = """import sys
 
 
 def _refuse(event, args):
@@ -108,23 +107,36 @@ def pytest_args(check: str) -> list[str]:
 
 
 def run_pytest(
-    files: Mapping[str, str | bytes], check: str, *, timeout_s: float = TIMEOUT_S
+    files: Mapping[str, str | bytes],
+    check: str,
+    *,
+    modes: Mapping[str, int] | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> CheckRun:
-    """Materialize ``files`` (path -> text or bytes) and run ``python -m pytest -q <check>``."""
+    """Materialize ``files`` (path -> text or bytes; ``modes``: their permission bits) and
+    run ``python -m pytest -q <check>``."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(check)]
-    with _materialized(files) as place:
+    with _materialized(files, modes) as place:
         return _run(place, check, command, timeout_s)
 
 
 def command_args(command: str) -> list[str]:
     """The argv of a workspace's own check command; ``python`` and ``pytest`` are this
-    interpreter's (the fleet's environment), anything else is looked up on PATH."""
+    interpreter's (the fleet's environment), anything else is looked up on PATH. No shell
+    reads it: ``{item}`` may only be an argument of its own (see ``with_item``)."""
     try:
         argv = shlex.split(command)
     except ValueError as exc:
         raise ToolRefused(f"check {command!r} is not a valid command line: {exc}") from exc
     if not argv:
         raise ToolRefused("the workspace's check command is empty")
+    inside = [a for a in argv if ITEM in a and a != ITEM]
+    if inside:
+        raise ToolRefused(
+            f"check {command!r}: {ITEM} inside the argument {inside[0]!r}; it must be an "
+            f"argument of its own (e.g. python validate.py {ITEM}), so an item is never "
+            "read by a shell"
+        )
     if argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
     if argv[0] == "pytest":
@@ -132,21 +144,43 @@ def command_args(command: str) -> list[str]:
     return argv
 
 
+def with_item(argv: Sequence[str], item: str) -> list[str]:
+    """``argv`` with each ``{item}`` argument replaced by the item, exactly (one argument,
+    whatever it holds: quotes, spaces and ``$(...)`` included)."""
+    return [item if a == ITEM else a for a in argv]
+
+
 def run_command(
-    files: Mapping[str, str | bytes], command: str, *, timeout_s: float = TIMEOUT_S
+    files: Mapping[str, str | bytes],
+    command: str,
+    *,
+    modes: Mapping[str, int] | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> CheckRun:
     """Materialize ``files`` and run the workspace's own check ``command`` in them."""
-    return run_commands(files, [command], timeout_s=timeout_s)[0]
+    argv = command_args(command)
+    return run_commands(files, [(command, argv)], modes=modes, timeout_s=timeout_s)[0]
 
 
 def run_commands(
-    files: Mapping[str, str | bytes], commands: Sequence[str], *, timeout_s: float = TIMEOUT_S
+    files: Mapping[str, str | bytes],
+    runs: Sequence[tuple[str, list[str]]],
+    *,
+    modes: Mapping[str, int] | None = None,
+    between: Callable[[], None] | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> list[CheckRun]:
-    """Materialize ``files`` once and run each command in them, one after another (a job
-    over many items checks each item so; the runs share that one copy of the files)."""
-    argvs = [command_args(c) for c in commands]  # every command parses before any runs
-    with _materialized(files) as place:
-        return [_run(place, c, argv, timeout_s) for c, argv in zip(commands, argvs, strict=True)]
+    """Materialize ``files`` once and run each (label, argv) in them, one after another (a
+    job over many items checks each item so; the runs share that one copy of the files).
+    ``between`` is called before each run: a lease check, so a long series stops at once
+    when the task is lost, and shows its worker is making progress."""
+    with _materialized(files, modes) as place:
+        done = []
+        for label, argv in runs:
+            if between is not None:
+                between()
+            done.append(_run(place, label, argv, timeout_s))
+        return done
 
 
 @dataclass(frozen=True)
@@ -157,7 +191,9 @@ class _Place:
 
 
 @contextlib.contextmanager
-def _materialized(files: Mapping[str, str | bytes]) -> Iterator[_Place]:
+def _materialized(
+    files: Mapping[str, str | bytes], modes: Mapping[str, int] | None
+) -> Iterator[_Place]:
     with tempfile.TemporaryDirectory(prefix="redfleet-check-") as tmp:
         root, guard = Path(tmp, "workspace"), Path(tmp, "guard")
         guard.mkdir()
@@ -169,6 +205,8 @@ def _materialized(files: Mapping[str, str | bytes]) -> Iterator[_Place]:
                 target.write_bytes(text)
             else:
                 target.write_text(text)
+            if modes and path in modes:
+                target.chmod(modes[path] & 0o777)  # a script the check runs keeps its +x
         root.mkdir(exist_ok=True)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -180,23 +218,37 @@ def _materialized(files: Mapping[str, str | bytes]) -> Iterator[_Place]:
         yield _Place(Path(tmp), root, env)
 
 
+# Every check starts through this: it sets the caps, then execs the check (a shell script,
+# a binary, python) in its place, so the caps hold for whatever kind it is and every process
+# it starts. (Not a preexec_fn: a worker runs threads, and forking them is not safe there.)
+_LAUNCH = f"""import os, resource, sys
+for limit, value in ((resource.RLIMIT_FSIZE, {MAX_LOG_BYTES}),
+                     (resource.RLIMIT_AS, {MAX_MEMORY_BYTES}), (resource.RLIMIT_CPU, {MAX_CPU_S})):
+    resource.setrlimit(limit, (value, value))
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except FileNotFoundError:
+    print(sys.argv[1] + ": command not found")
+    sys.exit(127)
+except OSError as exc:
+    print(sys.argv[1] + ": cannot run it (" + exc.strerror + ")")
+    sys.exit(126)
+"""
+
+
 def _run(place: _Place, check: str, command: list[str], timeout_s: float) -> CheckRun:
     log_path = place.tmp / "log"
     started = time.monotonic()
     with log_path.open("wb") as log:
-        try:
-            proc = subprocess.Popen(
-                command,
-                cwd=place.root,
-                env=place.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except FileNotFoundError:  # the check's program is not installed: a failed run
-            text = f"$ {shlex.join(command)}\n{command[0]}: command not found\n"
-            return CheckRun(check, 127, False, text, len(text), 0.0)
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-E", "-c", _LAUNCH, *command],
+            cwd=place.root,
+            env=place.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             code, timed_out = proc.wait(timeout_s), False
         except subprocess.TimeoutExpired:

@@ -24,9 +24,16 @@ from shared_state.workspace import WorkspaceError
 
 from ..errors import ToolRefused
 from ..run_context import RunContext
-from ..sandbox import CheckRun, run_commands, workspace_path
+from ..sandbox import ITEM, CheckRun, command_args, run_commands, with_item, workspace_path
 from ..tools import Tool, ToolResult
-from .items import ITEM_PLACEHOLDER, MAX_ITEMS, Batch, ItemCheck, ItemList, ItemResult
+from .items import (
+    MAX_ITEMS,
+    ItemCheck,
+    ItemList,
+    ItemResult,
+    batch_ids,
+    render_batch,
+)
 from .task_input import TaskInput
 
 if TYPE_CHECKING:
@@ -176,7 +183,7 @@ def _dispatch(
     children = []
     for n, batch in enumerate(batches, start=1):
         ref = ctx.store(
-            Batch(number=n, of=len(batches), items=batch).model_dump_json(),
+            render_batch(batch),
             kind="batch",
             title=f"batch {n} of {len(batches)}: {batch[0].id}..{batch[-1].id}",
         )  # the items came from the user's files: data, untrusted
@@ -241,8 +248,7 @@ def report_tool(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
     )  # fmt: skip
     if batch_ref is None:
         return []
-    batch = Batch.model_validate_json(task.artifacts.text(batch_ref.id))
-    ids = [i.id for i in batch.items]
+    ids = batch_ids(task.artifacts.text(batch_ref.id))
 
     def report_items(ctx: RunContext, a: ReportArgs) -> ToolResult:
         unknown = [r.id for r in a.results if r.id not in ids]
@@ -278,6 +284,7 @@ def check_items(
     files: Mapping[str, str | bytes],
     command: str,
     items: ItemList,
+    modes: Mapping[str, int],
 ) -> CheckRun:
     """The job's check over the items coders finished: once per item when ``command``
     names ``{item}``, else once for all. Each item's run is its evidence; the item-checks
@@ -286,11 +293,14 @@ def check_items(
     todo = [i for i in items.items if i.status in ("done", "validated")]
     if not todo:
         raise ToolRefused("no item is done: there is nothing to check")
-    if ITEM_PLACEHOLDER in command:
-        commands = [command.replace(ITEM_PLACEHOLDER, shlex.quote(i.item)) for i in todo]
+    argv = command_args(command)
+    if ITEM in argv:  # one run per item, the item one argument of its own
+        runs_of = [(shlex.join(with_item(argv, i.item)), with_item(argv, i.item)) for i in todo]
     else:
-        commands = [command]
-    runs = run_commands(files, commands)
+        runs_of = [(command, argv)]
+    # A lease check before each run: a long series stops at once if the task was lost, and
+    # the heartbeat sees the slot is not stuck.
+    runs = run_commands(files, runs_of, modes=modes, between=task.run.check)
     logs = [
         ctx.store(run.log, kind="log", title=f"check {run.check}: exit {run.exit_code}",
                   source="reviewer:check")

@@ -31,26 +31,6 @@ class WriteFile:
         return self.agent.records.files().get(entry.detail["path"]) == entry.detail["artifact"]
 
 
-class AppendFile:
-    name, idempotent, records_itself = "append_file", False, False
-
-    def __init__(self, agent: AgentTask) -> None:
-        self.agent = agent
-
-    def apply(self, entry: JournalEntry) -> str:
-        path, after = entry.detail["path"], entry.detail["after"]
-        self.agent.write_files({path: after})
-        return f"appended {entry.detail['bytes']} bytes to {path}; it is now {after}"
-
-    def check(self, entry: JournalEntry) -> bool | None:
-        current = self.agent.records.files().get(entry.detail["path"], "")
-        if current == entry.detail["after"]:
-            return True
-        if current == entry.detail["before"]:
-            return False
-        return None  # changed since by someone else: whether ours landed cannot be told
-
-
 class Spawn:
     """Spawning tasks; the spawn script writes the done entry in the same atomic step."""
 

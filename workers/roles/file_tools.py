@@ -1,9 +1,11 @@
 """``write_file`` and ``append_file``: the job's workspace, written through the journal.
 
 Each writes the file's content as an artifact, then the workspace entry
-(path -> artifact id) as a journaled effect (``effects``), so a replay after
-a crash does not write twice. The file's artifact comes back as the result's
-ref, for the working state.
+(path -> artifact id) as a journaled effect, so a replay after a crash does
+not write twice. ``append_file`` appends to the file as the job's tree has it
+(the submitted file, or the job's own version) and writes only if that is
+still what the entry holds (``workspace_tools.ChangeFiles``). The file's
+artifact comes back as the result's ref, for the working state.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from shared_state.workspace import WorkspaceError
+
+from ..errors import ToolRefused
 from ..run_context import RunContext
 from ..sandbox import workspace_path
 from ..tools import Tool, ToolResult
 from .arguments import AppendArgs, WriteArgs
+from .workspace_tools import change_plan
 
 if TYPE_CHECKING:
     from .task import AgentTask
@@ -31,16 +37,24 @@ def file_tools(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
 
     def append_file(ctx: RunContext, a: AppendArgs) -> ToolResult:
         path = str(workspace_path(a.path))
+        ws = task.workspace
 
         def prepare() -> dict[str, Any]:
-            before = task.records.files().get(path, "")
-            text = (ctx.artifacts.text(before) if before else "") + a.text
+            # The file as the job's tree has it now: the submitted one, or the job's own.
+            changed = ws.changed()
+            entry = ws.files(changed).get(path)
+            try:
+                text = (ws.text_of(entry) if entry else "") + a.text
+            except WorkspaceError as exc:
+                raise ToolRefused(str(exc)) from exc
             ref = ctx.store(text, kind="file", title=path)
-            return {"path": path, "before": before, "after": ref.id, "bytes": len(a.text.encode())}
+            summary = f"appended {len(a.text.encode())} bytes to {path}; it is now {ref.id}"
+            return change_plan(ws, changed, {path: ref.id}, summary)
 
         done = ctx.perform("append_file", path, a.model_dump(), prepare)
-        now = task.artifacts.get(task.records.files()[path])
-        return ToolResult(content=done, refs=(now,))
+        now = ws.changed().get(path)
+        refs = (task.artifacts.get(now),) if now else ()
+        return ToolResult(content=done, refs=refs)
 
     return [
         Tool(

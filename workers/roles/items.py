@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 ItemStatus = Literal["pending", "done", "validated", "failed"]
 MAX_ITEMS = 20_000
-ITEM_PLACEHOLDER = "{item}"  # in the job's check: run once per item, with the item in place
 
 
 class Item(BaseModel):
@@ -116,14 +115,12 @@ class ItemList(BaseModel):
         return self.model_copy(update={"items": [change(i) for i in self.items]})
 
 
-class Batch(BaseModel):
-    """One coder's share: its items (id and value), stored as the coder's input."""
+def render_batch(items: Sequence[Item]) -> str:
+    """One coder's share as its input artifact: a line per item, its id, a tab, the item
+    (read_lines shows it as it is; an item is one line of a file, or a path)."""
+    return "".join(f"{i.id}\t{i.item}\n" for i in items)
 
-    model_config = ConfigDict(frozen=True)
 
-    number: int
-    of: int
-    items: list[Item]
-
-    def render(self) -> str:
-        return "\n".join(f"{i.id}\t{i.item}" for i in self.items)
+def batch_ids(text: str) -> list[str]:
+    """The item ids of a batch artifact's text."""
+    return [line.split("\t", 1)[0] for line in text.splitlines() if "\t" in line]

@@ -89,7 +89,7 @@ class Reviewer(AgentTask):
         """Each check's exit code and log tail; the whole logs are the result's refs."""
         features = self.features()
         # Base and changes, as the job's tree stands: binary files too, as bytes.
-        files = {e.path: self.workspace.data(e) for e in self.workspace.files().values()}
+        files = self.workspace.data_of(list(self.workspace.files().values()))
         if not files:
             raise ToolRefused("the workspace is empty: there is nothing to check")
         lines, logs = [], []
@@ -121,7 +121,7 @@ class Reviewer(AgentTask):
         """A feature's run: its pytest arguments, or the job's own check command (over
         each item that is done, in a job over many items)."""
         if check != WORKSPACE_CHECK:
-            return run_pytest(files, check), "pytest"
+            return run_pytest(files, check, modes=self._modes()), "pytest"
         if not self.run.job.check:
             raise ToolRefused(
                 f"{feature_id}: its check is {WORKSPACE_CHECK!r}, but the job was submitted "
@@ -129,8 +129,11 @@ class Reviewer(AgentTask):
             )
         items = self._items()
         if items is not None:
-            return check_items(ctx, self, files, self.run.job.check, items), "check"
-        return run_command(files, self.run.job.check), "check"
+            return check_items(ctx, self, files, self.run.job.check, items, self._modes()), "check"
+        return run_command(files, self.run.job.check, modes=self._modes()), "check"
+
+    def _modes(self) -> dict[str, int]:
+        return {e.path: e.mode for e in self.workspace.files().values()}
 
     def _items(self) -> ItemList | None:
         for artifact_id in self.input.inputs if self.input else ():

@@ -52,7 +52,7 @@ from ..tools import (
 )
 from ..tools.memory import DESCRIPTION as MEMORY_DESCRIPTION
 from ..tools.memory import RECALLED_HEADER, MemoryArgs, MemoryTool, render_recalled
-from .effects import AppendFile, Spawn, WriteFile
+from .effects import Spawn, WriteFile
 from .meter import Meter
 from .task_input import TaskInput
 from .workspace_tools import ChangeFiles, tree_listing, workspace_editors, workspace_readers
@@ -133,8 +133,9 @@ class AgentTask:
         raise NotImplementedError
 
     def effects(self) -> list[EffectKind]:
-        edits = [ChangeFiles(self, name) for name in ("edit_file", "delete_file", "rename_file")]
-        return [WriteFile(self), AppendFile(self), *edits, Spawn(self, "spawn_subagents")]
+        changes = ("append_file", "edit_file", "delete_file", "rename_file")
+        edits = [ChangeFiles(self, name) for name in changes]
+        return [WriteFile(self), *edits, Spawn(self, "spawn_subagents")]
 
     def workspace_tools(self, phases: Sequence[str], *, edit: bool = False) -> list[Tool]:
         """find_files, grep_workspace, read_file (and for ``edit`` the editors) when the job

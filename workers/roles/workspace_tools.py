@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pathspec
 from pydantic import BaseModel, Field
@@ -69,6 +69,22 @@ class RenameArgs(BaseModel):
     to: str = Field(min_length=1, max_length=300)
 
 
+def change_plan(
+    ws: Workspace, changed: dict[str, str], paths: dict[str, str], summary: str
+) -> dict[str, Any]:
+    """A file change's journal detail: each path's version before, its workspace entry as
+    read (the write happens only if that entry still is: a file two tasks change is never
+    overwritten with a stale copy), and its entry after (an artifact id, or DELETED)."""
+    base = ws.base()
+    return {
+        "changes": {
+            p: {"before": _version(p, changed, base), "read": changed.get(p), "after": after}
+            for p, after in paths.items()
+        },
+        "summary": summary,
+    }
+
+
 def version(workspace: Workspace, path: str) -> str:
     """What a path holds now: the job's artifact id, ``base:<sha256>``, or '' (no file)."""
     return _version(path, workspace.changed(), workspace.base())
@@ -81,7 +97,7 @@ def _version(path: str, changed: dict[str, str], base: dict[str, FileEntry]) -> 
 
 
 class ChangeFiles:
-    """The journaled effect of edit_file, delete_file and rename_file.
+    """The journaled effect of append_file, edit_file, delete_file and rename_file.
 
     Its detail maps each path to its version before and the workspace value
     after (an artifact id, or ``DELETED``). Made again only where every path is
@@ -143,11 +159,14 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
         except re.error as exc:
             raise ToolRefused(f"pattern {a.pattern!r} is not a regular expression: {exc}") from exc
         spec = pathspec.GitIgnoreSpec.from_lines([a.paths]) if a.paths else None
+        searched = [
+            e for e in ws.files().values()
+            if not e.binary and (spec is None or spec.match_file(e.path))
+        ]  # fmt: skip
+        texts = ws.data_of(searched)  # one round trip, not one a file
         found, size = [], 0
-        for entry in ws.files().values():
-            if entry.binary or (spec and not spec.match_file(entry.path)):
-                continue
-            for n, line in enumerate(ws.text_of(entry).splitlines(), start=1):
+        for entry in searched:
+            for n, line in enumerate(texts[entry.path].decode().split("\n"), start=1):
                 if regex.search(line):
                     found.append(f"{entry.path}:{n}: {line[:300]}")
                     size += len(found[-1])
@@ -163,25 +182,33 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
     def read_file(_ctx: RunContext, a: ReadFileArgs) -> ToolResult:
         path = str(workspace_path(a.path))
         try:
-            lines = ws.text(path).splitlines()
+            lines = ws.text(path).split("\n")  # as git and edit_file count lines
+            if lines and lines[-1] == "":
+                lines.pop()
         except WorkspaceError as exc:
             raise ToolRefused(str(exc)) from exc
         if a.end < a.start:
             raise ToolRefused(f"lines must satisfy 1 <= start <= end, got {a.start}:{a.end}")
         shown, used = [], 0
-        end = min(a.end, len(lines))
+        end = last = min(a.end, len(lines))
+        rest = ""
         for n in range(a.start, end + 1):
             line = f"{n}: {lines[n - 1]}"
             used += task.tok.count(line) + 1
             if used > most and shown:
-                shown.append(
-                    f"[lines {n}-{end} not shown: over {most} tokens; "
+                last = n - 1
+                rest = (
+                    f"\n[lines {n}-{end} not shown: over {most} tokens; "
                     f'read_file(path="{path}", start={n}, end={end})]'
                 )
                 break
             shown.append(line)
-        head = f"{path}: lines {a.start}-{end} of {len(lines)}"
-        return ToolResult(content=as_data(path, Trust.UNTRUSTED, head + "\n" + "\n".join(shown)))
+        # The header names the lines shown (and the file's length): what a reader can rely on.
+        head = f"{path}: lines {a.start}-{last} of {len(lines)}"
+        if a.start > len(lines):
+            head = f"{path}: has {len(lines)} lines, none from {a.start}"
+        body = head + "\n" + "\n".join(shown) + rest
+        return ToolResult(content=as_data(path, Trust.UNTRUSTED, body))
 
     return [
         Tool(
@@ -229,16 +256,7 @@ def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
         changed: dict[str, str],
         summary: str,
     ) -> ToolResult:
-        # Each path's version before and workspace entry as read (the write happens only
-        # if that entry still is: a file two coders edit is never overwritten stale).
-        base = ws.base()
-        plan = {
-            "changes": {
-                p: {"before": _version(p, changed, base), "read": changed.get(p), "after": after}
-                for p, after in paths.items()
-            },
-            "summary": summary,
-        }
+        plan = change_plan(ws, changed, paths, summary)
         done = ctx.perform(tool, target, args.model_dump(), lambda: plan)
         return ToolResult(content=done)
 

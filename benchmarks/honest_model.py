@@ -1,0 +1,585 @@
+"""An honest stand-in model for ``repo_audit.py``: it knows only the request it is sent.
+
+The workload is "find every function without a docstring". The model plays
+each role from its prompt alone — the system prompt says which, the task
+header says the stage — and keeps no memory between calls: what it knows is
+the messages and tool results in the request. As a coder it reads its batch
+(the input artifact listing its files), reads each file with ``read_file`` in
+the chunks the tool returns, and reports a function only when that function's
+``def`` line and the first statement of its body are in a ``read_file``
+result it was sent: whatever the context engine cleared or cut before the
+model saw it shows up as a miss. After each chunk it appends what it found
+to its audit file (``audit/<first item>.txt``) with a ``# done PATH A-B of N``
+line, in the same turn as the next read; the audit file, read back when the
+marks are no longer in the context, is how it knows where it stopped.
+
+A function is judged from the chunk's text by a scanner that knows where
+strings start and end (a chunk always starts outside a string, at a line the
+previous chunk's scan marked safe), so a ``def`` inside a docstring is never
+taken for one. A docstring is a first statement that is a plain string
+literal (``f``- and ``b``-strings are not), as ``ast.get_docstring`` says.
+
+``serve`` runs it as an OpenAI-compatible server in its own process (the
+answers wait ``--delay-s``); ``answer`` is the policy, which the benchmark's
+naive single agent calls in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slow_openai import SlowServer, _response
+
+from workers.context.tokens import Tokenizer
+
+TOKENS = Tokenizer()
+CHUNK = 3_000  # lines asked for per read_file (the tool returns what its slot holds)
+BATCHES = 48  # how many batches the planner aims for
+GOAL = "Find every function without a docstring"
+FIX_GOAL = "Make the repository's tests pass"
+_HEADER = re.compile(r"^(?P<path>\S.*): lines (?P<a>\d+)-(?P<b>\d+) of (?P<n>\d+)$")
+_NONE = re.compile(r"^(?P<path>\S.*): has (?P<n>\d+) lines, none from \d+$")
+_NUMBERED = re.compile(r"^(\d+): (.*)$")
+_DONE = re.compile(r"^# done (?P<path>.+) (?P<a>\d+)-(?P<b>\d+) of (?P<n>\d+)$")
+_FINDING = re.compile(r"^(?P<path>[^#\s][^:]*):(?P<line>\d+):(?P<name>\w+)$")
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(")
+_DOCSTRING = re.compile(r"""^[rRuU]?("|')""")
+
+
+def count_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """What a call costs in input: every message's text and arguments, and the tool schemas."""
+    total = sum(TOKENS.count(json.dumps(t)) for t in tools)
+    for m in messages:
+        total += 4 + TOKENS.count(m.get("content") or "")
+        for c in m.get("tool_calls") or ():
+            total += TOKENS.count(c["function"]["name"] + c["function"]["arguments"])
+    return total
+
+
+# -- reading the request ----------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """What one request shows: the calls made, each with its result if still in context."""
+
+    texts: list[str] = field(default_factory=list)  # system and user messages
+    calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, messages: list[dict[str, Any]]) -> Seen:
+        seen, results = cls(), {}
+        for m in messages:
+            if m.get("role") == "tool":
+                results[m.get("tool_call_id")] = m.get("content") or ""
+        for m in messages:
+            if m.get("role") in ("system", "user"):
+                seen.texts.append(m.get("content") or "")
+            for c in m.get("tool_calls") or ():
+                try:
+                    arguments = json.loads(c["function"]["arguments"] or "{}")
+                except ValueError:
+                    arguments = {}
+                seen.calls.append((c["function"]["name"], arguments, results.get(c.get("id"))))
+        return seen
+
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+    def made(self, name: str) -> list[tuple[dict[str, Any], str | None]]:
+        return [(a, r) for n, a, r in self.calls if n == name]
+
+    def field(self, name: str) -> str:
+        found = re.search(rf"^{re.escape(name)}: (.*)$", self.text(), re.M)
+        return found.group(1) if found else ""
+
+
+def _ok(result: str | None) -> bool:
+    return result is not None and not result.startswith("error")
+
+
+def _numbered(result: str) -> tuple[re.Match[str] | None, dict[int, str]]:
+    """A read_file or read_lines result: its header (if any) and its numbered lines."""
+    header, lines = None, {}
+    for raw in result.splitlines():
+        head = _HEADER.match(raw) or _NONE.match(raw)
+        if head and header is None:
+            header = head
+            continue
+        line = _NUMBERED.match(raw)
+        if line:
+            lines[int(line.group(1))] = line.group(2)
+    return header, lines
+
+
+# -- the scanner: where strings are, so a def is judged only where it is code -----------------
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int
+    text: str
+    safe: bool  # starts outside any string, bracket and continuation: a statement may begin
+
+
+def scan(lines: dict[int, str], start: int, end: int) -> list[Line]:
+    """Lines start..end, each marked safe or not; ``start`` must be a safe line."""
+    out, quote, depth, continued = [], None, 0, False
+    for n in range(start, end + 1):
+        text = lines[n]
+        out.append(Line(n, text, quote is None and depth == 0 and not continued))
+        i, single = 0, None
+        while i < len(text):
+            ch = text[i]
+            if quote:  # inside a triple-quoted string
+                if text.startswith(quote, i) and not _escaped(text, i):
+                    i, quote = i + 3, None
+                    continue
+            elif single:
+                if ch == single and not _escaped(text, i):
+                    single = None
+            elif ch == "#":
+                break
+            elif text.startswith('"""', i) or text.startswith("'''", i):
+                quote = text[i : i + 3]
+                i += 3
+                continue
+            elif ch in "\"'":
+                single = ch
+            elif ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth = max(0, depth - 1)
+            i += 1
+        continued = text.rstrip().endswith("\\") and quote is None
+    return out
+
+
+def _escaped(text: str, i: int) -> bool:
+    backslashes = len(text[:i]) - len(text[:i].rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def judge(
+    path: str, lines: dict[int, str], start: int, end: int, total: int
+) -> tuple[list[str], int]:
+    """Findings ``path:line:name`` for the defs of start..end whose first statement is there
+    too, and the last line judged: the next chunk starts right after it, at a line the scan
+    knows to be outside any string (a chunk that ends inside a docstring is judged up to
+    where that docstring's statement began)."""
+    scanned = scan(lines, start, end)
+    by_number = {ln.number: ln for ln in scanned}
+    cut = end + 1
+    if end < total:
+        cut = next((ln.number for ln in reversed(scanned[1:]) if ln.safe), end + 1)
+    findings = []
+    for ln in scanned:
+        if ln.number >= cut:
+            break
+        match = _DEF.match(ln.text) if ln.safe else None
+        if not match:
+            continue
+        first = _first_statement(by_number, ln.number, end)
+        if first is None:  # its body is past this chunk: judged with the next one
+            cut = ln.number
+            break
+        if not _DOCSTRING.match(first):
+            findings.append(f"{path}:{ln.number}:{match.group(1)}")
+    return findings, min(cut - 1, total)
+
+
+def _first_statement(by_number: dict[int, Line], def_line: int, end: int) -> str | None:
+    """The first statement of the body of the def at ``def_line``, or None if not in sight."""
+    depth, n = 0, def_line
+    while n <= end:
+        text = by_number[n].text
+        header_end = _header_end(text, depth)
+        if header_end is None:
+            depth += text.count("(") + text.count("[") + text.count("{")
+            depth -= text.count(")") + text.count("]") + text.count("}")
+            n += 1
+            continue
+        rest = text[header_end + 1 :].strip()
+        if rest and not rest.startswith("#"):
+            return rest  # def f(): return 1
+        for m in range(n + 1, end + 1):
+            body = by_number[m].text.strip()
+            if body and not body.startswith("#"):
+                return body
+        return None
+    return None
+
+
+def _header_end(text: str, depth: int) -> int | None:
+    """Where the def header's ':' is on this line (at bracket depth 0, outside strings)."""
+    single = None
+    for i, ch in enumerate(text):
+        if single:
+            if ch == single and not _escaped(text, i):
+                single = None
+        elif ch in "\"'":
+            single = ch
+        elif ch == "#":
+            return None
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ":" and depth == 0:
+            return i
+    return None
+
+
+# -- the roles ------------------------------------------------------------------------------
+
+
+def answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message for this request: {content, tool_calls: [(name, arguments)]}."""
+    seen = Seen.of(messages)
+    system = seen.texts[0] if seen.texts else ""
+    if "You are the planner" in system:
+        return _planner(seen)
+    if "You are the reviewer" in system:
+        return _reviewer(seen)
+    if "You are a coder" in system:
+        return _coder(seen)
+    return _say("I have nothing to do in this role.")
+
+
+def _say(text: str, *calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"content": text, "tool_calls": list(calls)}
+
+
+def _planner(seen: Seen) -> dict[str, Any]:
+    stage = seen.field("stage").rpartition("/")[2].split(".")[0]
+    if seen.field("goal of the job") == FIX_GOAL and stage not in ("review", "report"):
+        return _fix_planner(seen)
+    if stage == "review":
+        return _say(
+            "The batches are done.",
+            (
+                "dispatch_reviewer",
+                {"brief": "Run the check of F1 over the audit and give the verdict."},
+            ),
+        )
+    if stage == "report":
+        text = seen.text()
+        failing = "FAILS" in text
+        tried = seen.made("dispatch_batches")
+        if failing and not tried:
+            return _say(
+                "Some items failed; once more.",
+                (
+                    "dispatch_batches",
+                    {"brief": "Audit these files again: " + BRIEF, "batch_size": 5},
+                ),
+            )
+        return _say(
+            "The audit is in audit/: one line path:line:name per function without a docstring."
+        )
+    if not any(_ok(r) for _, r in seen.made("write_features")):
+        return _say(
+            "One feature: the audit, checked for coverage.",
+            (
+                "write_features",
+                {
+                    "features": [
+                        {
+                            "id": "F1",
+                            "description": "every function without a docstring in "
+                            "every Python file is listed in audit/, every file read whole",
+                            "check": "workspace",
+                        }
+                    ]
+                },
+            ),
+        )
+    files = re.search(r"^WORKSPACE \((\d+) files", seen.text(), re.M)
+    size = max(1, math.ceil(int(files.group(1)) / BATCHES)) if files else 5
+    return _say(
+        "A batch of files per coder.",
+        (
+            "plan_items",
+            {"source": "files", "pattern": "**/*.py", "batch_size": size, "brief": BRIEF},
+        ),
+    )
+
+
+BRIEF = (
+    "Find every function (def and async def, methods and nested functions too) without a "
+    "docstring in each file of your batch. Read each file whole with read_file, and append "
+    "what you find to your audit file, one line path:line:name per function."
+)
+
+
+def _reviewer(seen: Seen) -> dict[str, Any]:
+    runs = [r for _, r in seen.made("run_checks") if r is not None]
+    if not runs:
+        return _say("", ("run_checks", {"feature_ids": ["F1"]}))
+    passed = "F1 (workspace): passed" in runs[-1]
+    return _say(
+        "",
+        (
+            "submit_verdicts",
+            {
+                "verdicts": [
+                    {
+                        "feature_id": "F1",
+                        "passes": passed,
+                        "note": "the audit check " + ("passed" if passed else "failed"),
+                    }
+                ]
+            },
+        ),
+    )
+
+
+@dataclass
+class _Batch:
+    artifact: str
+    first: str  # its first item's id: the audit file's name
+    paths: list[str]
+
+    @property
+    def audit(self) -> str:
+        return f"audit/{self.first}.txt"
+
+
+def _coder(seen: Seen) -> dict[str, Any]:
+    batch_ref = re.search(r"\[artifact (a-[0-9a-f]{16}) batch ", seen.text())
+    if batch_ref is None:
+        return _say("I was given no batch.")
+    batch = _batch(seen, batch_ref.group(1))
+    if batch is None:
+        return _say("", ("read_lines", {"id": batch_ref.group(1), "start": 1, "end": 5_000}))
+    if seen.field("goal of the job") == FIX_GOAL:
+        return _fixer(seen, batch)
+    done, marks_known = _progress(seen, batch)
+    if not marks_known:  # my marks are out of sight: the audit file says where I stopped
+        return _say("", ("read_file", {"path": batch.audit, "start": 1, "end": 100_000}))
+    calls: list[tuple[str, dict[str, Any]]] = []
+    text = ""
+    for path, lines, start, end, total in _chunks(seen, batch):
+        if _covered(done.get(path), start, end, total):
+            continue
+        findings, judged = judge(path, lines, start, end, total)
+        if judged < start:  # a def whose header alone fills the chunk: judged as unseen
+            judged = end
+        text += "".join(f"{f}\n" for f in findings) + f"# done {path} {start}-{judged} of {total}\n"
+        done[path] = (max(done.get(path, (0, 0))[0], judged), total)
+    if text:
+        calls.append(("append_file", {"path": batch.audit, "text": text}))
+    following = _next_read(batch, done)
+    if following:
+        calls.append(("read_file", following))
+    if calls:
+        return _say("", *calls)
+    if not any(_ok(r) for _, r in seen.made("report_items")):
+        return _say("", ("report_items", {"all_done": True}))
+    return _say(f"Audited {len(batch.paths)} files; the findings are in {batch.audit}.")
+
+
+def _batch(seen: Seen, artifact: str) -> _Batch | None:
+    for arguments, result in seen.made("read_lines"):
+        if arguments.get("id") == artifact and _ok(result):
+            _, lines = _numbered(result or "")
+            items = [line.split("\t", 1) for line in lines.values() if "\t" in line]
+            if items:
+                return _Batch(artifact, items[0][0], [p for _, p in items])
+    return None
+
+
+def _progress(seen: Seen, batch: _Batch) -> tuple[dict[str, tuple[int, int]], bool]:
+    """Path -> (last line judged, lines in all) from my marks: the appends I see made, or
+    my audit file read back; and whether I can see my marks at all."""
+    marks, known = [], False
+    for arguments, result in seen.made("append_file"):
+        if arguments.get("path") == batch.audit and _ok(result):
+            marks += arguments.get("text", "").splitlines()
+            known = True
+    for arguments, result in seen.made("read_file"):
+        if arguments.get("path") == batch.audit and result is not None:
+            known = True  # read back (an error: there is no audit file yet)
+            if _ok(result):
+                marks += _numbered(result)[1].values()
+    done: dict[str, tuple[int, int]] = {}
+    for mark in marks:
+        m = _DONE.match(mark)
+        if m:
+            end = max(done.get(m["path"], (0, 0))[0], int(m["b"]))
+            done[m["path"]] = (end, int(m["n"]))
+    return done, known
+
+
+def _chunks(seen: Seen, batch: _Batch) -> Iterator[tuple[str, dict[int, str], int, int, int]]:
+    """The read_file results in sight for files of the batch: path, lines, start, end, total."""
+    for arguments, result in seen.made("read_file"):
+        path = arguments.get("path")
+        if path not in batch.paths or not _ok(result):
+            continue
+        header, lines = _numbered(result or "")
+        if header is None or "a" not in header.groupdict():
+            continue
+        start, end = int(header["a"]), int(header["b"])
+        if all(n in lines for n in range(start, end + 1)):
+            yield path, lines, start, end, int(header["n"])
+
+
+def _covered(done: tuple[int, int] | None, start: int, end: int, total: int) -> bool:
+    return done is not None and done[0] >= min(end, total) and start <= done[0]
+
+
+def _next_read(batch: _Batch, done: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+    for path in batch.paths:
+        judged, total = done.get(path, (0, -1))
+        if total < 0 or judged < total:
+            return {"path": path, "start": judged + 1, "end": judged + CHUNK}
+    return None
+
+
+# -- the fix workload: a failing test, a docstring that says what its function returns ----
+
+
+FIX_BRIEF = (
+    "For each test file of your batch: read it, read the function it tests, and where the "
+    "function does not return what its docstring says, fix it with the smallest edit."
+)
+_IMPORT = re.compile(r"^from ([\w.]+) import (\w+)$")
+_CONTRACT = re.compile(r'^\s*"""Return (.+)\."""$')
+_RETURN = re.compile(r"^(\s*)return (.+)$")
+
+
+def _fix_planner(seen: Seen) -> dict[str, Any]:
+    if not any(_ok(r) for _, r in seen.made("write_features")):
+        feature = {"id": "F1", "description": "the repository's own tests pass",
+                   "check": "workspace"}  # fmt: skip
+        return _say("One feature: the tests pass.", ("write_features", {"features": [feature]}))
+    return _say(
+        "A batch of test files per coder.",
+        (
+            "plan_items",
+            {"source": "files", "pattern": "tests/test_*.py", "batch_size": 2, "brief": FIX_BRIEF},
+        ),
+    )
+
+
+def _visible_file(seen: Seen, path: str) -> dict[int, str] | None:
+    """The whole of ``path`` if a read_file result in sight shows it all."""
+    for arguments, result in seen.made("read_file"):
+        if arguments.get("path") != path or not _ok(result):
+            continue
+        header, lines = _numbered(result or "")
+        whole = header is not None and "a" in header.groupdict()
+        if whole and int(header["a"]) == 1 and int(header["b"]) == int(header["n"]):
+            return lines
+    return None
+
+
+def _fixer(seen: Seen, batch: _Batch) -> dict[str, Any]:
+    edited = {a.get("path") for a, r in seen.made("edit_file") if r is not None}
+    for test in batch.paths:
+        lines = _visible_file(seen, test)
+        if lines is None:
+            return _say("", ("read_file", {"path": test, "start": 1, "end": CHUNK}))
+        imports = [m.groups() for m in map(_IMPORT.match, lines.values()) if m]
+        for module, name in imports:
+            path = module.replace(".", "/") + ".py"
+            if path in edited:
+                continue
+            source = _visible_file(seen, path)
+            if source is None:
+                return _say("", ("read_file", {"path": path, "start": 1, "end": CHUNK}))
+            fix = _wrong_return(source, name)
+            if fix:
+                old, new = fix
+                return _say(f"{name} does not return what its docstring says.",
+                            ("edit_file", {"path": path, "old": old, "new": new}))  # fmt: skip
+    if not any(_ok(r) for _, r in seen.made("report_items")):
+        return _say("", ("report_items", {"all_done": True}))
+    return _say(f"Checked the functions under {len(batch.paths)} test files.")
+
+
+def _wrong_return(source: dict[int, str], name: str) -> tuple[str, str] | None:
+    """(old, new) text fixing ``name``'s return to its docstring's, if they differ."""
+    numbers = sorted(source)
+    for i, n in enumerate(numbers):
+        if not re.match(rf"^def {name}\(", source[n]) or i + 2 >= len(numbers):
+            continue
+        doc, ret = source[numbers[i + 1]], source[numbers[i + 2]]
+        said, done = _CONTRACT.match(doc), _RETURN.match(ret)
+        if said and done and said.group(1) != done.group(2):
+            old = "\n".join([source[n], doc, ret])
+            return old, "\n".join([source[n], doc, f"{done.group(1)}return {said.group(1)}"])
+    return None
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+class HonestServer(SlowServer):
+    """``slow_openai``'s server, answering from the policy instead of a script."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__({"roles": {}}, delay_s)
+        self.input_tokens = 0
+
+    def _answer(self, body: bytes) -> bytes:
+        request = json.loads(body)
+        messages, tools = request["messages"], request.get("tools") or []
+        reply = answer(messages)
+        tokens = count_tokens(messages, tools)
+        self.input_tokens += tokens
+        self.by_key[reply["tool_calls"][0][0] if reply["tool_calls"] else "answer"] += 1
+        calls = [
+            {"id": f"call_{self.answered}_{i}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(arguments)}}
+            for i, (name, arguments) in enumerate(reply["tool_calls"])
+        ]  # fmt: skip
+        message: dict[str, Any] = {"role": "assistant", "content": reply["content"] or None}
+        if calls:
+            message["tool_calls"] = calls
+        out = {
+            "model": "honest",
+            "choices": [{"message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": tokens, "completion_tokens": 20 + 10 * len(calls)},
+        }
+        return _response(200, json.dumps(out).encode())
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "input_tokens": self.input_tokens}
+
+
+async def serve(delay_s: float, port_file: str) -> None:
+    state = HonestServer(delay_s)
+    server = await asyncio.start_server(state.handle, "127.0.0.1", 0, backlog=4096)
+    tmp = Path(f"{port_file}.tmp")
+    tmp.write_text(str(server.sockets[0].getsockname()[1]))
+    os.replace(tmp, port_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--delay-s", type=float, default=1.0, help="seconds before each answer")
+    parser.add_argument("--port-file", required=True, help="where to write the port")
+    args = parser.parse_args()
+    asyncio.run(serve(args.delay_s, args.port_file))
+
+
+if __name__ == "__main__":
+    main()
