@@ -305,7 +305,8 @@ def _planner(seen: Seen) -> dict[str, Any]:
             ),
         )
     files = re.search(r"^WORKSPACE \((\d+) files", seen.text(), re.M)
-    size = max(1, math.ceil(int(files.group(1)) / BATCHES)) if files else 5
+    # About BATCHES batches, of 5 files at least: a batch costs a few calls of its own.
+    size = max(5, math.ceil(int(files.group(1)) / BATCHES)) if files else 5
     return _say(
         "A batch of files per coder.",
         (
@@ -347,29 +348,30 @@ def _reviewer(seen: Seen) -> dict[str, Any]:
 @dataclass
 class _Batch:
     artifact: str
-    first: str  # its first item's id: the audit file's name
     paths: list[str]
 
-    @property
-    def audit(self) -> str:
-        return f"audit/{self.first}.txt"
+
+def _audit(artifact: str) -> str:
+    """My audit file: named by my batch's artifact id, which my task header always shows."""
+    return f"audit/{artifact}.txt"
 
 
 def _coder(seen: Seen) -> dict[str, Any]:
     batch_ref = re.search(r"\[artifact (a-[0-9a-f]{16}) batch ", seen.text())
     if batch_ref is None:
         return _say("I was given no batch.")
-    batch = _batch(seen, batch_ref.group(1))
-    if batch is None:
-        return _say("", ("read_lines", {"id": batch_ref.group(1), "start": 1, "end": 5_000}))
+    artifact = batch_ref.group(1)
     if seen.field("goal of the job") == FIX_GOAL:
+        batch = _batch(seen, artifact)
+        if batch is None:
+            return _say("", ("read_lines", {"id": artifact, "start": 1, "end": 5_000}))
         return _fixer(seen, batch)
-    done, marks_known = _progress(seen, batch)
-    if not marks_known:  # my marks are out of sight: the audit file says where I stopped
-        return _say("", ("read_file", {"path": batch.audit, "start": 1, "end": 100_000}))
-    calls: list[tuple[str, dict[str, Any]]] = []
+    audit = _audit(artifact)
+    done, known = _progress(seen, audit)
+    # First what is in sight and not yet judged: a seen result may be cleared from the next
+    # request, so it is judged now, whatever else is missing.
     text = ""
-    for path, lines, start, end, total in _chunks(seen, batch):
+    for path, lines, start, end, total in _chunks(seen, audit):
         if _covered(done.get(path), start, end, total):
             continue
         findings, judged = judge(path, lines, start, end, total)
@@ -377,16 +379,27 @@ def _coder(seen: Seen) -> dict[str, Any]:
             judged = end
         text += "".join(f"{f}\n" for f in findings) + f"# done {path} {start}-{judged} of {total}\n"
         done[path] = (max(done.get(path, (0, 0))[0], judged), total)
-    if text:
-        calls.append(("append_file", {"path": batch.audit, "text": text}))
-    following = _next_read(batch, done)
-    if following:
-        calls.append(("read_file", following))
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if text:  # with where every file stands: the latest append says it all
+        calls.append(("append_file", {"path": audit, "text": text + _progress_line(done)}))
+    batch = _batch(seen, artifact)
+    if batch is None:
+        calls.append(("read_lines", {"id": artifact, "start": 1, "end": 5_000}))
+    if not known:  # my marks are out of sight: the audit file says where I stopped
+        calls.append(("read_file", {"path": audit, "start": 1, "end": 100_000}))
+    if batch is not None and known:
+        following = _next_read(batch, done)
+        if following:
+            calls.append(("read_file", following))
+        elif not any(_ok(r) for _, r in seen.made("report_items")):
+            calls.append(("report_items", {"all_done": True}))  # with the last append
     if calls:
         return _say("", *calls)
-    if not any(_ok(r) for _, r in seen.made("report_items")):
-        return _say("", ("report_items", {"all_done": True}))
-    return _say(f"Audited {len(batch.paths)} files; the findings are in {batch.audit}.")
+    return _say(f"Audited {len(batch.paths) if batch else 0} files; the findings are in {audit}.")
+
+
+def _progress_line(done: dict[str, tuple[int, int]]) -> str:
+    return "# progress " + " ".join(f"{p}:{j}/{n}" for p, (j, n) in sorted(done.items())) + "\n"
 
 
 def _batch(seen: Seen, artifact: str) -> _Batch | None:
@@ -395,48 +408,59 @@ def _batch(seen: Seen, artifact: str) -> _Batch | None:
             _, lines = _numbered(result or "")
             items = [line.split("\t", 1) for line in lines.values() if "\t" in line]
             if items:
-                return _Batch(artifact, items[0][0], [p for _, p in items])
+                return _Batch(artifact, [p for _, p in items])
     return None
 
 
-def _progress(seen: Seen, batch: _Batch) -> tuple[dict[str, tuple[int, int]], bool]:
-    """Path -> (last line judged, lines in all) from my marks: the appends I see made, or
-    my audit file read back; and whether I can see my marks at all."""
+def _progress(seen: Seen, audit: str) -> tuple[dict[str, tuple[int, int]], bool]:
+    """Path -> (last line judged, lines in all), from my marks in sight: the appends I see
+    made, or my audit file read back; and whether they are complete (a progress line, or
+    the audit file, is in sight)."""
     marks, known = [], False
     for arguments, result in seen.made("append_file"):
-        if arguments.get("path") == batch.audit and _ok(result):
+        if arguments.get("path") == audit and _ok(result):
             marks += arguments.get("text", "").splitlines()
-            known = True
     for arguments, result in seen.made("read_file"):
-        if arguments.get("path") == batch.audit and result is not None:
+        if arguments.get("path") == audit and result is not None:
             known = True  # read back (an error: there is no audit file yet)
             if _ok(result):
                 marks += _numbered(result)[1].values()
     done: dict[str, tuple[int, int]] = {}
     for mark in marks:
+        if mark.startswith("# progress "):
+            known = True
+            for part in mark.removeprefix("# progress ").split():
+                path, _, state = part.rpartition(":")
+                judged, total = (int(x) for x in state.split("/"))
+                if path not in done or judged > done[path][0]:
+                    done[path] = (judged, total)
+            continue
         m = _DONE.match(mark)
-        if m:
-            end = max(done.get(m["path"], (0, 0))[0], int(m["b"]))
-            done[m["path"]] = (end, int(m["n"]))
+        if m and (m["path"] not in done or int(m["b"]) > done[m["path"]][0]):
+            done[m["path"]] = (int(m["b"]), int(m["n"]))
     return done, known
 
 
-def _chunks(seen: Seen, batch: _Batch) -> Iterator[tuple[str, dict[int, str], int, int, int]]:
-    """The read_file results in sight for files of the batch: path, lines, start, end, total."""
+def _chunks(seen: Seen, audit: str) -> Iterator[tuple[str, dict[int, str], int, int, int]]:
+    """The read_file results in sight, but my audit file's: path, lines, start, end, total."""
     for arguments, result in seen.made("read_file"):
         path = arguments.get("path")
-        if path not in batch.paths or not _ok(result):
+        if not path or path == audit or not _ok(result):
             continue
         header, lines = _numbered(result or "")
-        if header is None or "a" not in header.groupdict():
+        if header is None:
+            continue
+        total = int(header["n"])
+        if "a" not in header.groupdict():  # nothing from where I asked: the file ends before
+            yield path, {}, total + 1, total, total
             continue
         start, end = int(header["a"]), int(header["b"])
         if all(n in lines for n in range(start, end + 1)):
-            yield path, lines, start, end, int(header["n"])
+            yield path, lines, start, end, total
 
 
 def _covered(done: tuple[int, int] | None, start: int, end: int, total: int) -> bool:
-    return done is not None and done[0] >= min(end, total) and start <= done[0]
+    return done is not None and done[0] >= min(end, total) and start <= done[0] + 1
 
 
 def _next_read(batch: _Batch, done: dict[str, tuple[int, int]]) -> dict[str, Any] | None:

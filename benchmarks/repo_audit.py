@@ -81,6 +81,8 @@ from pathlib import Path
 problems, covered = [], {}
 for audit in sorted(Path("audit").glob("*.txt")):
     for line in audit.read_text().splitlines():
+        if line.startswith("# progress "):
+            continue
         done = re.match(r"^# done (.+) (\d+)-(\d+) of (\d+)$", line)
         if done:
             covered.setdefault(done[1], set()).update(range(int(done[2]), int(done[3]) + 1))
@@ -119,6 +121,7 @@ def generate(root: Path, files: int = 240, seed: int = 7) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_module(rng, n, lines))
     for package in packages:
+        (root / package).mkdir(parents=True, exist_ok=True)
         (root / package / "__init__.py").write_text(f'"""The {package} package."""\n')
     (root / "README.md").write_text("# app\n\nA generated repository for the audit benchmark.\n")
     (root / "config.toml").write_text('[app]\nname = "app"\n')
@@ -291,8 +294,9 @@ def scores(found: set[str], truth: set[str]) -> dict[str, float]:
 class Model:
     """``honest_model.py`` in its own process."""
 
-    def __init__(self, folder: Path, delay_s: float) -> None:
-        port_file = folder / "model.port"
+    def __init__(self, folder: Path, delay_s: float, label: str) -> None:
+        port_file = folder / f"model-{label}.port"
+        port_file.unlink(missing_ok=True)  # never a port of an earlier run's server
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -514,7 +518,7 @@ def bench(
         again = import_workspace(state.client, "default", root)
         validator = folder / f"validate_{label}.py"
         validator.write_text(VALIDATOR)
-        model = Model(folder, delay_s)
+        model = Model(folder, delay_s, label)
         try:
             check = f"python {validator}"
             runs = []
@@ -532,6 +536,7 @@ def bench(
                     timeout_s=timeout_s,
                 )
                 runs.append(audited(state, ran, label, n, truth))
+                print(f"repo_audit: {label}, {n} coder slots: {runs[-1]}", file=sys.stderr)
         finally:
             model.stop()
         state.client.close()
@@ -579,7 +584,7 @@ def bench_fix(folder: Path, slots: int, delay_s: float, timeout_s: float) -> dic
     try:
         state = State.connect(server.url)
         imported = import_workspace(state.client, "default", repo)
-        model = Model(folder, delay_s)
+        model = Model(folder, delay_s, "fix")
         try:
             ran = run_job(
                 state,

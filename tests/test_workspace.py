@@ -183,7 +183,7 @@ FIX = {
         ],
         "coder.impl": [
             _call("grep_workspace", pattern="def double"),
-            _call("edit_file", path="m.py", old="x", new="y"),  # matches three times: refused
+            _call("edit_file", path="m.py", old="x", new="y"),  # matches twice: refused
             _call("edit_file", path="m.py", old="return x + 1", new="return x * 2"),
             _call("delete_file", path="notes.txt"),
             _call("append_file", path="r.md", text="more\n"),  # onto the submitted file
@@ -266,6 +266,9 @@ def test_a_job_over_a_repository_edits_it_once_and_its_diff_applies_to_the_repos
     assert status == ["D", "M", "M", "m.py", "notes.txt", "r.md"]
     assert state.client.exists(keys.tree("default", report.tree))
     store = state.artifacts(job.job_id)
+    # The edit whose text matched three times was refused, and told to the model so.
+    edits = [store.text(r.id) for r in store.list() if r.title.startswith("edit_file result")]
+    assert any("m.py: the text to replace occurs 2 times" in e for e in edits), edits
     (log,) = [r for r in store.list() if r.kind == "log"]
     assert log.title == (f"check {check}: exit 0" if check else "pytest test_m.py: exit 0")
     assert "1 passed" in store.text(log.id)

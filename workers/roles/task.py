@@ -200,6 +200,7 @@ class AgentTask:
         lines += [
             f"constraint (the user's): {c}" for c in json.loads(self.run.job.constraints or "[]")
         ]
+        refs: list[ArtifactRef] = []
         if self.input:
             lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
             refs = [self.artifacts.get(i) for i in self.input.inputs]
@@ -207,7 +208,9 @@ class AgentTask:
                 lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
         if self.run.job.check:
             lines.append(f"the workspace's own check (the reviewer runs it): {self.run.job.check}")
-        if self.run.job.workspace:  # the tree the job was submitted with, within its budget
+        if self.run.job.workspace and not any(r.kind == "batch" for r in refs):
+            # The tree the job was submitted with, within its budget (a coder given a batch
+            # has its batch instead: its files are named there, the rest is find_files away).
             lines += ["", tree_listing(self)]
         if self.recalled:
             lines += ["", self.recalled]

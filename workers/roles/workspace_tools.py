@@ -125,7 +125,7 @@ class ChangeFiles:
                 self.agent.run.claim, journal=[entry.to(EffectStatus.NOT_DONE, str(exc))]
             )
             raise ToolRefused(
-                f"{self.name}: {exc.field} changed since you read it (another task wrote "
+                f"{exc.field} changed since you read it (another task wrote "
                 "it): read it again and redo the change"
             ) from exc
         return entry.detail["summary"]
@@ -271,7 +271,7 @@ def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
         if count != 1:
             where = "does not occur" if count == 0 else f"occurs {count} times"
             raise ToolRefused(
-                f"edit_file {path}: the text to replace {where}; it must occur exactly once "
+                f"{path}: the text to replace {where}; it must occur exactly once "
                 "(quote more of the surrounding lines)"
             )
         ref = ctx.store(text.replace(a.old, a.new, 1), kind="file", title=path)
@@ -288,7 +288,7 @@ def workspace_editors(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
         path, to = str(workspace_path(a.path)), str(workspace_path(a.to))
         entry, tree, changed = current(path)
         if to in tree:
-            raise ToolRefused(f"rename_file: {to!r} exists already (delete it first)")
+            raise ToolRefused(f"{to!r} exists already (delete it first)")
         try:
             ref = ctx.store(ws.text_of(entry), kind="file", title=to)
         except WorkspaceError as exc:
