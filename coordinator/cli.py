@@ -480,6 +480,11 @@ def submit(
     line per change otherwise; it exits 0 if the job succeeded, 1 if it failed
     or was cancelled, and 1 after --timeout, without cancelling the job. With
     --json it prints the final job document of `status --json` instead.
+
+    --workspace PATH gives the job your files (a folder, or a git repository at
+    HEAD), stored once per tenant: a repeat sends only what changed. The job
+    changes nothing of yours: `redfleet diff JOB_ID` shows its changes and
+    `redfleet apply JOB_ID --repo PATH` makes them a branch.
     """
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
