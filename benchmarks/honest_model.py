@@ -30,15 +30,12 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import re
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from slow_openai import SlowServer, _response
+from slow_openai import SlowServer, _response, serve_until_signalled
 
 from workers.context.tokens import Tokenizer
 
@@ -583,26 +580,12 @@ class HonestServer(SlowServer):
         return {**super().stats(), "input_tokens": self.input_tokens}
 
 
-async def serve(delay_s: float, port_file: str) -> None:
-    state = HonestServer(delay_s)
-    server = await asyncio.start_server(state.handle, "127.0.0.1", 0, backlog=4096)
-    tmp = Path(f"{port_file}.tmp")
-    tmp.write_text(str(server.sockets[0].getsockname()[1]))
-    os.replace(tmp, port_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        await stop.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay-s", type=float, default=1.0, help="seconds before each answer")
     parser.add_argument("--port-file", required=True, help="where to write the port")
     args = parser.parse_args()
-    asyncio.run(serve(args.delay_s, args.port_file))
+    asyncio.run(serve_until_signalled(HonestServer(args.delay_s), args.port_file))
 
 
 if __name__ == "__main__":

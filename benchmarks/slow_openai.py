@@ -168,11 +168,16 @@ class SlowServer:
 
 async def serve(args: argparse.Namespace) -> None:
     server_state = SlowServer(json.loads(Path(args.scenario).read_text()), args.delay_s)
+    await serve_until_signalled(server_state, args.port_file)
+
+
+async def serve_until_signalled(server_state: SlowServer, port_file: str) -> None:
+    """Listen on 127.0.0.1 and a free port (written to ``port_file``) until SIGTERM/SIGINT."""
     server = await asyncio.start_server(server_state.handle, "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]
-    tmp = Path(f"{args.port_file}.tmp")
+    tmp = Path(f"{port_file}.tmp")
     tmp.write_text(str(port))
-    os.replace(tmp, args.port_file)  # whole or absent: the reader never sees half a number
+    os.replace(tmp, port_file)  # whole or absent: the reader never sees half a number
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -29,7 +29,7 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for path, content in files.items():
         target = root / path
@@ -38,6 +38,11 @@ def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
             target.write_bytes(content)
         else:
             target.write_text(content)
+    return root
+
+
+def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
+    write_tree(root, files)
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "base")
@@ -76,18 +81,18 @@ def test_a_git_import_takes_the_commits_files_honours_gitignore_and_records_the_
 def test_a_folder_import_honours_nested_gitignores_and_the_include_exclude_globs(
     state: State, tmp_path: Path
 ) -> None:
-    root = tmp_path / "plain"
-    for path, text in {
-        ".gitignore": "*.tmp\n",
-        "src/a.py": "a\n",
-        "src/b.tmp": "ignored\n",
-        "src/gen/.gitignore": "*\n!keep.py\n",
-        "src/gen/keep.py": "k\n",
-        "src/gen/drop.py": "d\n",
-        "docs/x.md": "x\n",
-    }.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
+    root = write_tree(
+        tmp_path / "plain",
+        {
+            ".gitignore": "*.tmp\n",
+            "src/a.py": "a\n",
+            "src/b.tmp": "ignored\n",
+            "src/gen/.gitignore": "*\n!keep.py\n",
+            "src/gen/keep.py": "k\n",
+            "src/gen/drop.py": "d\n",
+            "docs/x.md": "x\n",
+        },
+    )
     report = import_workspace(state.client, "t1", root)
     assert sorted(state.workspace_tree("t1", report.tree)) == [
         ".gitignore", "docs/x.md", "src/a.py", "src/gen/keep.py"
@@ -311,17 +316,17 @@ def test_apply_refuses_a_moved_repository_and_merges_three_ways_when_asked(
 def test_ignore_rules_decide_as_git_does_and_a_link_is_no_way_around_them(
     state: State, tmp_path: Path
 ) -> None:
-    root = tmp_path / "plain"
-    for path, text in {
-        ".gitignore": "*.log\n.env\n",
-        "sub/.gitignore": "!keep.log\n",  # a deeper rule has the last word
-        "sub/keep.log": "kept\n",
-        "sub/drop.log": "dropped\n",
-        ".env": "SECRET=1\n",
-        "a.py": "a\n",
-    }.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
+    root = write_tree(
+        tmp_path / "plain",
+        {
+            ".gitignore": "*.log\n.env\n",
+            "sub/.gitignore": "!keep.log\n",  # a deeper rule has the last word
+            "sub/keep.log": "kept\n",
+            "sub/drop.log": "dropped\n",
+            ".env": "SECRET=1\n",
+            "a.py": "a\n",
+        },
+    )
     (root / "config").symlink_to(root / ".env")  # a link to an ignored secret
     (root / "lib").symlink_to(root / "sub")  # a link to a folder
     report = import_workspace(state.client, "t1", root)

@@ -116,8 +116,7 @@ def run_pytest(
     """Materialize ``files`` (path -> text or bytes; ``modes``: their permission bits) and
     run ``python -m pytest -q <check>``."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(check)]
-    with _materialized(files, modes) as place:
-        return _run(place, check, command, timeout_s)
+    return run_commands(files, [(check, command)], modes=modes, timeout_s=timeout_s)[0]
 
 
 def command_args(command: str) -> list[str]:

@@ -241,11 +241,8 @@ def _json_list(task: AgentTask, ref: ArtifactRef) -> list[dict]:
 
 def report_tool(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
     """report_items, for a coder given a batch."""
-    batch_ref = next(
-        (task.artifacts.get(i) for i in (task.input.inputs if task.input else ())
-         if task.artifacts.get(i).kind == "batch"),
-        None,
-    )  # fmt: skip
+    inputs = [task.artifacts.get(i) for i in (task.input.inputs if task.input else ())]
+    batch_ref = next((r for r in inputs if r.kind == "batch"), None)
     if batch_ref is None:
         return []
     ids = batch_ids(task.artifacts.text(batch_ref.id))
