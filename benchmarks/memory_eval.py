@@ -154,7 +154,7 @@ def _job_sequence(state: State, tenant: str, remember: bool) -> list[dict[str, A
         input_tokens += SYSTEM_TOKENS + tok.count(reference) + history
         claimed = state.tasks.claim(job.job_id, job.root_task, "eval", 60_000)
         state.tasks.complete(claimed.claim, "", "done")
-        state.jobs.retire(job.job_id)  # writes the episode, as a finished job does
+        state.jobs.finalize(job.job_id)  # writes the episode, as a finished job does
         rows.append({"goal": goal, "needs": len(needs), "calls": calls,
                      "input_tokens": input_tokens, "facts_reused": reused})  # fmt: skip
     return rows

@@ -54,7 +54,9 @@ from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, Task
 from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 from shared_state.names import check_name
+from workers import handoff
 from workers.errors import ToolRefused
+from workers.roles import APPROVABLE
 from workers.sandbox import command_args
 
 from . import views
@@ -137,14 +139,38 @@ class Client:
         self.settings = settings or Settings()
 
     @classmethod
-    def connect(cls, redis_url: str | None = None, *, settings: Settings | None = None) -> Client:
+    def connect(
+        cls,
+        redis_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        tenant: str | None = None,
+    ) -> Client:
         """Connect to ``redis_url``, else REDIS_URL, else the embedded server.
 
-        The embedded server is started if need be; ``ConnectionFailed`` if Redis
-        does not answer.
+        With ``tenant`` (else REDFLEET_TENANT), the client reads and acts for
+        that tenant only: another's job is ``JobNotFound``. The embedded server
+        is started if need be; ``ConnectionFailed`` if Redis does not answer.
         """
         settings = settings or Settings()
+        if tenant is not None:
+            settings = settings.model_copy(update={"tenant": check_name(tenant, "tenant")})
         return cls(open_state(settings, redis_url), settings=settings)
+
+    def tenant(self, given: str | None = None) -> str:
+        """The tenant a submit or import acts for: ``given``, else this client's, else default.
+
+        A client scoped to one tenant refuses to act for another.
+        """
+        scope = self.state.tenant
+        if given is not None and scope is not None and given != scope:
+            raise CoordinatorError(
+                f"tenant: this client acts for tenant {scope!r} only, not {given!r}"
+            )
+        try:
+            return check_name(given or scope or "default", "tenant")
+        except ValueError as exc:
+            raise CoordinatorError(f"--tenant: {exc}") from None
 
     def close(self) -> None:
         self.state.close()
@@ -165,11 +191,12 @@ class Client:
         fanout: int = 3,
         max_attempts: int | None = None,
         token_budget: int = 0,
-        tenant: str = "default",
+        tenant: str | None = None,
         user: str = "default",
         idempotency_key: str = "",
         workspace: Path | ImportReport | None = None,
         check: str = "",
+        approve: tuple[str, ...] = (),
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
@@ -179,13 +206,21 @@ class Client:
         id instead of creating another: safe to retry after a lost reply.
         ``workspace``: a folder or repository (imported now, whole) or what
         ``import_workspace`` returned; ``check``: the workspace's own check
-        command, run by the reviewer over the job's files.
+        command, run by the reviewer over the job's files; ``approve``: tools
+        (``APPROVABLE``) whose every call waits for ``approve`` before it is made.
         """
+        unknown = sorted(set(approve) - APPROVABLE)
+        if unknown:
+            raise CoordinatorError(
+                f"--approve: {unknown[0]!r} is not a tool that acts; one of "
+                f"{', '.join(sorted(APPROVABLE))}"
+            )
         if check:
             try:
                 command_args(check)  # {item} only as an argument of its own: refused now
             except ToolRefused as exc:
                 raise CoordinatorError(f"--check: {exc}") from exc
+        tenant = self.tenant(tenant)
         if isinstance(workspace, Path):
             workspace = self.import_workspace(workspace, tenant=tenant)
         spec = JobSpec(
@@ -200,8 +235,28 @@ class Client:
             workspace=workspace.tree if workspace else "",
             workspace_commit=workspace.commit if workspace else "",
             check=check,
+            approve=",".join(approve),
         )
         return self.state.jobs.submit(spec).job_id
+
+    def cancel(self, job_id: str, *, reason: str = "cancelled by user") -> None:
+        """Cancel a job that has not finished (``JobFinished`` if it has): its workers stop at
+        their next renewal or write; its handoff package is written, as for any end."""
+        self.state.jobs.cancel(job_id, reason)
+        handoff.job_ended(self.state, job_id)
+
+    def approve(self, job_id: str, task_id: str, *, note: str = "") -> None:
+        """Let a blocked task go on: the call it asked about is made (or, for an effect an
+        earlier attempt left unsettled, made again); ``note`` reaches it as a user turn."""
+        self.state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
+        self.state.tasks.decide(job_id, task_id, approve=True, note=note, by=operator())
+
+    def reject(self, job_id: str, task_id: str, *, note: str) -> None:
+        """End a blocked task: it is dead with ``note`` as its error, and its job fails."""
+        if not note.strip():
+            raise CoordinatorError("--note: say why the task is rejected")
+        self.state.jobs.get(job_id)
+        self.state.tasks.decide(job_id, task_id, approve=False, note=note, by=operator())
 
     def diff(self, job_id: str) -> list[FileDiff]:
         """What the job changed against the workspace it was submitted with, by path."""
@@ -217,7 +272,7 @@ class Client:
         self,
         path: Path,
         *,
-        tenant: str = "default",
+        tenant: str | None = None,
         include: tuple[str, ...] = (),
         exclude: tuple[str, ...] = (),
         progress: ImportProgress | None = None,
@@ -226,7 +281,7 @@ class Client:
         tree; only the files Redis lacks are sent. ``ImportRefused`` names a file refused."""
         return import_workspace(
             self.state.client,
-            check_name(tenant, "tenant"),
+            self.tenant(tenant),
             path,
             include=include,
             exclude=exclude,
@@ -234,12 +289,12 @@ class Client:
             progress=progress,
         )
 
-    def set_project_memory(self, text: str, *, tenant: str = "default") -> str:
+    def set_project_memory(self, text: str, *, tenant: str | None = None) -> str:
         """Store ``text`` as the tenant's project memory (AGENTS.md); its sha256.
 
         Every job of the tenant reads it at start, in its stable prompt prefix.
         """
-        ctx = MemoryContext(tenant=tenant, actor=operator())
+        ctx = MemoryContext(tenant=self.tenant(tenant), actor=operator())
         return (
             MemoryFiles(self.state.client).create(ctx, PROJECT_MEMORY, text, operator=True).sha256
         )
@@ -324,7 +379,8 @@ class Client:
         return self.state.artifacts(job_id).list()
 
     def show(self, artifact_id: str, *, job_id: str | None = None) -> str:
-        """An artifact's content, exactly; without ``job_id`` every kept job is searched."""
+        """An artifact's content, exactly; without ``job_id`` every kept job (of this
+        client's tenant, when it has one) is searched."""
         return self.state.artifacts(job_id or self.state.locate_artifact(artifact_id)).text(
             artifact_id
         )

@@ -34,12 +34,13 @@ from shared_state import (
     State,
     StateError,
 )
+from shared_state.names import check_name
 from shared_state.redact import redact
 from workers import handoff, resume
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, metrics, sample_repo, views
-from .api import RENEWED, Client, Progress, WaitTimeout, operator
+from .api import RENEWED, Client, Progress, WaitTimeout
 from .connection import Embedded, open_state, redis_url
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR, export_job
@@ -89,8 +90,21 @@ def _options(
             "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            metavar="TENANT",
+            help="Read and act for one tenant only: another's jobs are not found, and "
+            "listings hold this tenant's (default: REDFLEET_TENANT, else every tenant). "
+            "A fleet (`up`, `worker`) serves every tenant whatever this says.",
+        ),
+    ] = None,
 ) -> None:
     """The options before a command."""
+    if tenant is not None:
+        # Every command reads its Settings from the environment: this is where they look.
+        os.environ["REDFLEET_TENANT"] = tenant
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -397,9 +411,13 @@ def submit(
         typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
     ] = 0,
     tenant: Annotated[
-        str,
-        typer.Option(help="Whose memory the job reads and writes (`redfleet memory --help`)."),
-    ] = "default",
+        str | None,
+        typer.Option(
+            help="Whose job it is: whose memory and workspaces it reads and writes, and who "
+            "may read it when reads are scoped (default: `redfleet --tenant`, "
+            "REDFLEET_TENANT, else default)."
+        ),
+    ] = None,
     user: Annotated[
         str, typer.Option(help="The user the job runs for: its user: memory scope.")
     ] = "default",
@@ -410,6 +428,16 @@ def submit(
             metavar="FILE",
             help="A project memory document (AGENTS.md): stored as the tenant's "
             "/memories/project/AGENTS.md, which every job of the tenant reads at start.",
+        ),
+    ] = None,
+    approve: Annotated[
+        str | None,
+        typer.Option(
+            "--approve",
+            metavar="TOOL[,TOOL]",
+            help="Ask before acting: every call of these tools (e.g. write_file,run_checks) "
+            "waits, its task blocked with the call as its question, until `redfleet approve` "
+            "(or reject). `redfleet status JOB` shows the question.",
         ),
     ] = None,
     idempotency_key: Annotated[
@@ -522,6 +550,7 @@ def submit(
             idempotency_key=idempotency_key or "",
             workspace=imported,
             check=check,
+            approve=tuple(n.strip() for n in (approve or "").split(",") if n.strip()),
         )
         if not wait:
             if as_json:
@@ -679,7 +708,8 @@ def logs_cmd(
     with open_state(Settings()) as state:
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
-        past = state.events.read(job_id, last=last, hide=hide) if last else []
+        keep = None if job_id else state.visible_events()  # --tenant: its jobs' only
+        past = state.events.read(job_id, last=last, hide=hide, keep=keep) if last else []
         after = past[-1].id if past else "$"
         if not job_id:  # mirrored in batches: stream order is not quite time order
             past.sort(key=lambda e: e.ts)
@@ -690,7 +720,11 @@ def logs_cmd(
         if job_id:
             events = Client(state).follow(job_id, after=after, hide=hide)
         else:
-            events = (e for e in state.events.follow(after=after) if e.event not in hide)
+            events = (
+                e
+                for e in state.events.follow(after=after)
+                if e.event not in hide and (keep is None or keep(e))
+            )
         for event in events:
             show(event)
 
@@ -708,14 +742,12 @@ def cancel(
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         try:
-            state.jobs.cancel(job_id)
+            Client(state).cancel(job_id)
             already = False
         except JobFinished as exc:
             if exc.status != "cancelled":
                 raise
             already = True
-        if not already:
-            handoff.write(state, job_id)
     if as_json:
         views.print_json({"job_id": job_id, "status": "cancelled", "already": already})
     else:
@@ -880,13 +912,13 @@ def approve(
 ) -> None:
     """Let a blocked task go on (see its question in `redfleet status JOB_ID`).
 
-    The approval is for the call the task asked about; if the task then makes
-    a different call, it asks again.
+    The approval is for the call the task asked about (a call of a tool the job
+    gates with `submit --approve`, or an effect an earlier attempt left
+    unsettled): that call is made. A different call asks again.
     """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
-        state.tasks.decide(job_id, task_id, approve=True, note=note or "", by=operator())
+        Client(state).approve(job_id, task_id, note=note or "")
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "approved"})
     else:
@@ -904,11 +936,8 @@ def reject(
 ) -> None:
     """End a blocked task: it is dead with your note, and its job fails (`retry` runs it again)."""
     _check_job_id(job_id)
-    if not note.strip():
-        raise CoordinatorError("--note: say why the task is rejected")
     with open_state(Settings()) as state:
-        state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
-        state.tasks.decide(job_id, task_id, approve=False, note=note, by=operator())
+        Client(state).reject(job_id, task_id, note=note)
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "rejected"})
     else:
@@ -1110,8 +1139,18 @@ def dashboard(
         str | None,
         typer.Option(
             metavar="TOKEN",
-            help="Required with every request (default: REDFLEET_DASHBOARD_TOKEN, which "
-            "other users cannot read in `ps`, as they can an option).",
+            help="A token that reads every tenant, required with every request (default: "
+            "REDFLEET_DASHBOARD_TOKEN, which other users cannot read in `ps`, as they can an "
+            "option).",
+        ),
+    ] = None,
+    tenant_tokens: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tenant-token",
+            metavar="TENANT=TOKEN",
+            help="A token that reads one tenant's jobs only; repeat for more tenants "
+            "(default: REDFLEET_DASHBOARD_TENANT_TOKENS, TENANT=TOKEN pairs comma-separated).",
         ),
     ] = None,
 ) -> None:
@@ -1128,6 +1167,8 @@ def dashboard(
     On a loopback address (the default) anyone on this machine may read it.
     Elsewhere a token is required: send it as `Authorization: Bearer TOKEN`,
     or open http://HOST:PORT/?token=TOKEN once, which keeps it in a cookie.
+    A tenant's token shows that tenant's jobs only (another's is not found);
+    `redfleet --tenant T dashboard` serves one tenant whatever the token.
     Nothing is fetched from the internet; Ctrl-C stops it.
     """
     from . import dashboard as web  # Starlette and uvicorn load for this command only
@@ -1136,15 +1177,39 @@ def dashboard(
     logs.configure(settings.log_level)
     if token is None and settings.dashboard_token is not None:
         token = settings.dashboard_token.get_secret_value() or None
-    web.require_token(host, token)
+    if not tenant_tokens and settings.dashboard_tenant_tokens is not None:
+        given = settings.dashboard_tenant_tokens.get_secret_value()
+        tenant_tokens = [pair for pair in given.split(",") if pair.strip()]
+    tokens = _dashboard_tokens(token, tenant_tokens or [])
+    web.require_token(host, tokens)
     sock = web.bind(host, port)
     # Interactive retries: a request waits under 2 s for Redis; the page's next poll retries.
-    with open_state(settings) as state:
+    with open_state(settings.model_copy(update={"tenant": None})) as state:
         where = f"http://{host}:{port}/" if ":" not in host else f"http://[{host}]:{port}/"
         print(f"redfleet: dashboard on {where} (Ctrl-C stops it)", file=sys.stderr)
-        web.server(web.create_app(state, token=token), log_level=settings.log_level).run(
-            sockets=[sock]
-        )
+        app_ = web.create_app(state, tokens=tokens, tenant=settings.tenant)
+        web.server(app_, log_level=settings.log_level).run(sockets=[sock])
+
+
+def _dashboard_tokens(token: str | None, pairs: list[str]) -> dict[str, str | None]:
+    """Each token with the tenant it reads (None: every tenant); the tokens never appear
+    in an error."""
+    tokens: dict[str, str | None] = {token: None} if token else {}
+    for n, pair in enumerate(pairs, start=1):
+        tenant, sep, secret = pair.strip().partition("=")
+        if not sep or not secret:
+            raise CoordinatorError(f"--tenant-token #{n}: expected TENANT=TOKEN")
+        try:
+            check_name(tenant, "tenant")
+        except ValueError as exc:
+            raise CoordinatorError(f"--tenant-token #{n}: {exc}") from None
+        if secret in tokens:
+            raise CoordinatorError(
+                f"--tenant-token #{n} ({tenant}): that token is already given to "
+                f"{tokens[secret] or '--token'}: every token reads one scope"
+            )
+        tokens[secret] = tenant
+    return tokens
 
 
 @app.command()
@@ -1261,7 +1326,7 @@ def _stop_when_finished(state: State, job_id: str, fleet: Fleet, timeout_s: floa
             if state.jobs.get(job_id).status.finished:
                 return
             if time.monotonic() > deadline:
-                state.jobs.cancel(job_id, reason=f"demo timed out after {timeout_s:.0f} s")
+                Client(state).cancel(job_id, reason=f"demo timed out after {timeout_s:.0f} s")
                 return
             fleet.stopping.wait(0.2)
     finally:

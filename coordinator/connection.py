@@ -171,12 +171,15 @@ INTERACTIVE = ClientOptions(retries=4)
 def open_state(settings: Settings, url: str | None = None, *, serving: bool = False) -> State:
     """The state over ``url`` (else REDIS_URL or the embedded server).
 
-    ``serving``: for long-running processes (a fleet, a worker, the reaper).
+    ``serving``: for long-running processes (a fleet, a worker, the reaper),
+    which serve every tenant; any other sees only ``settings.tenant``'s jobs
+    when that is set (``--tenant``, REDFLEET_TENANT).
     """
-    return State.connect(
+    state = State.connect(
         url or redis_url(settings),
         client_options=None if serving else INTERACTIVE,
         retention_s=settings.retention_s,
         job_maxlen=settings.job_stream_maxlen,
         global_maxlen=settings.events_maxlen,
     )
+    return state if serving else state.for_tenant(settings.tenant)

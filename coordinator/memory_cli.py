@@ -43,11 +43,26 @@ memory_app = typer.Typer(
 )
 
 TenantOpt = Annotated[
-    str, typer.Option("--tenant", help="Whose memory (the tenant jobs were submitted under).")
+    str | None,
+    typer.Option(
+        "--tenant",
+        help="Whose memory: the tenant jobs were submitted under (default: `redfleet "
+        "--tenant`, REDFLEET_TENANT, else default).",
+    ),
 ]
 UserOpt = Annotated[str, typer.Option("--user", help="Only this user's items (any scope).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 COLUMNS = ["id", "scope", "key", "status", "source", "authority", "age", "text"]
+
+
+def _tenant(given: str | None) -> str:
+    """The tenant a command acts for; a CLI scoped to one tenant refuses another."""
+    scope = Settings().tenant
+    if given is not None and scope is not None and given != scope:
+        raise CoordinatorError(
+            f"--tenant: this CLI acts for tenant {scope!r} only (REDFLEET_TENANT)"
+        )
+    return given or scope or "default"
 
 
 def _context(tenant: str, user: str = "") -> MemoryContext:
@@ -102,7 +117,7 @@ def _show(items: list[MemoryItem], title: str, store: MemoryStore, as_json: bool
 
 @memory_app.command("list")
 def list_cmd(
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     user: UserOpt = "",
     scope: Annotated[
         str | None, typer.Option("--scope", help="Only this scope, e.g. app: or user:alice:.")
@@ -111,6 +126,7 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The tenant's items, newest first, with scope, status and provenance."""
+    tenant = _tenant(tenant)
     where = _scope(scope) if scope else None
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
@@ -123,10 +139,11 @@ def list_cmd(
 @memory_app.command()
 def show(
     item_id: Annotated[str, typer.Argument(metavar="ITEM_ID", help="An item id, m-...")],
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One item in full: text, scope, lifecycle and provenance."""
+    tenant = _tenant(tenant)
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
         item = store.get(_context(tenant), item_id, operator=True)
@@ -156,7 +173,7 @@ def show(
 @memory_app.command()
 def search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to look for.")],
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     user: Annotated[
         str, typer.Option("--user", help="Search as this user: their items and app:.")
     ] = "",
@@ -164,6 +181,7 @@ def search(
     as_json: JsonOpt = False,
 ) -> None:
     """Keyword recall (BM25) over current, unexpired items, best first."""
+    tenant = _tenant(tenant)
     from shared_state.memory.recall import Recall  # numpy: only for the command that ranks
 
     if not query.strip():
@@ -184,7 +202,7 @@ def search(
 @memory_app.command()
 def add(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="What to remember.")],
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     scope: Annotated[
         str, typer.Option("--scope", help="app: (every job of the tenant) or user:<id>:.")
     ] = "app:",
@@ -207,6 +225,7 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
+    tenant = _tenant(tenant)
     try:
         where: Scope | None = Scope.parse(scope)
     except ValueError:  # its message lists job: and temp: too, which only workers write
@@ -240,7 +259,7 @@ def forget(
     item_ids: Annotated[
         list[str] | None, typer.Argument(metavar="[ITEM_ID]...", help="Items to forget.")
     ] = None,
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     user: Annotated[
         str, typer.Option("--user", help="Forget all of this user's memory instead.")
     ] = "",
@@ -260,6 +279,7 @@ def forget(
     was forgotten cannot be written back by a worker (it may by you, with
     `memory add`). Try --dry-run first.
     """
+    tenant = _tenant(tenant)
     if bool(item_ids) == bool(user):
         raise CoordinatorError("give ITEM_ID... or --user, one of the two")
     with open_state(Settings()) as state:
@@ -301,11 +321,12 @@ def forget(
 def history(
     key: Annotated[str, typer.Argument(metavar="KEY", help="The claim's key, e.g. db.port.")],
     scope: Annotated[str, typer.Option("--scope", help="The chain's scope.")] = "app:",
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Every version of one claim, oldest first: which holds, which were superseded or
     contested."""
+    tenant = _tenant(tenant)
     where = _scope(scope)
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)

@@ -92,10 +92,8 @@ class Reaper:
         live = []
         for job_id, status in zip(active, self._statuses(active), strict=True):
             if status is None or status in FINISHED:
-                if self.state.jobs.finalize(job_id):
+                if handoff.job_ended(self.state, job_id):
                     report.retired.append(job_id)
-                    if status is not None:  # a job with records: its handoff package
-                        handoff.write(self.state, job_id)
             else:
                 live.append(job_id)
         expired = self.state.tasks.expired(live)

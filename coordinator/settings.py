@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.heartbeat import DEFAULT_STUCK_AFTER_S
 from workers.llm import ProviderChoice, ProviderName
@@ -66,9 +67,19 @@ class Settings(BaseSettings):
         default="",
         description="a cheaper model of the provider for summaries (empty: none is called)",
     )
+    tenant: str | None = Field(
+        default=None,
+        description="the one tenant the CLI reads and acts for (unset: every tenant); "
+        "a fleet serves every tenant whatever this says",
+    )
     dashboard_token: SecretStr | None = Field(
         default=None,
-        description="the token `redfleet dashboard` asks for (required off loopback)",
+        description="the token `redfleet dashboard` asks for (required off loopback): "
+        "it reads every tenant",
+    )
+    dashboard_tenant_tokens: SecretStr | None = Field(
+        default=None,
+        description="TENANT=TOKEN pairs, comma-separated: a token that reads one tenant's jobs",
     )
     workspace_max_file_bytes: int = Field(
         default=MAX_FILE_BYTES, ge=1, description="the largest file `submit --workspace` imports"
@@ -92,6 +103,11 @@ class Settings(BaseSettings):
                 f"not a Redis URL ({problem}; expected {_REDIS_URL_FORMS}): {redact(url)!r}"
             )
         return url
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_name(cls, tenant: str | None) -> str | None:
+        return check_name(tenant, "tenant") if tenant else None
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -47,6 +47,11 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(_visible, _SEQUENCE.sub("", text))
 
 
+def cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters; a longer one ends in ``…`` (--json keeps it whole)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def markup_safe(text: str) -> str:
     """``one_line(text)`` with rich markup escaped: ``[/bold]`` prints as itself."""
     return escape(one_line(text))

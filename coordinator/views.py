@@ -22,7 +22,7 @@ from rich.table import Table
 from shared_state import Event, Job, State, Task, WorkerInfo
 
 from .errors import CoordinatorError
-from .text import markup_safe, one_line
+from .text import cut, markup_safe, one_line
 
 # Piped output is not cut to 80 columns: ids stay whole for grep and copy.
 
@@ -117,6 +117,8 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
             "commit": job.workspace_commit or None,
             "check": job.check or None,
         }
+    if job.approve:
+        doc["approve"] = job.approve.split(",")
     items = item_counts(state, job.job_id)
     if items:
         doc["items"] = items
@@ -336,6 +338,17 @@ def print_job_head(doc: dict[str, Any]) -> None:
             f"validated, {i['failed']} failed, {i['pending']} pending); list {i['list']}",
             highlight=False,
         )
+    if doc.get("approve"):
+        console.print(f"asks before: {', '.join(doc['approve'])}", highlight=False)
+    for task in doc.get("tasks", []):
+        if task["status"] == "blocked" and task["question"]:
+            console.print(
+                f"{task['task_id']} asks: {markup_safe(task['question'])}\n"
+                f"  `redfleet approve {doc['job_id']} {task['task_id']}` or "
+                f"`redfleet reject {doc['job_id']} {task['task_id']} --note WHY`",
+                soft_wrap=True,
+                highlight=False,
+            )
 
 
 def print_json(doc: Any) -> None:
@@ -350,19 +363,29 @@ def write_line(text: str) -> None:
         console.on_broken_pipe()
 
 
+CELL_CHARS = 160
+
+
 def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
     """A rich table; title and cells are printed as text, never read as markup.
 
-    Without rows, one line says so (``workers: none``), not an empty frame.
+    A cell holds at most ``CELL_CHARS`` characters (a goal may hold 2,000; --json
+    has it whole). Without rows, one line says so (``workers: none``), not an
+    empty frame.
     """
     if not rows:
         write_line(one_line(f"{title}: none"))
         return
-    t = Table(title=markup_safe(title), title_justify="left")
+    t = Table(title=markup_safe(cut(title, CELL_CHARS)), title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*("" if row.get(c) is None else markup_safe(str(row.get(c))) for c in columns))
+        t.add_row(
+            *(
+                "" if row.get(c) is None else markup_safe(cut(str(row.get(c)), CELL_CHARS))
+                for c in columns
+            )
+        )
     console.print(t)
 
 

@@ -18,7 +18,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
-from .errors import NotFound
+from .errors import NotFound, shown
 
 PREVIEW_CHARS = 600
 NO_KEY = -2  # PTTL of a key that does not exist
@@ -51,7 +51,7 @@ class ArtifactRef(BaseModel):
 
 class ArtifactNotFound(NotFound):
     def __init__(self, artifact_id: str) -> None:
-        super().__init__(f"no artifact {artifact_id!r} (unknown, or expired)")
+        super().__init__(f"no artifact {shown(artifact_id)} (unknown, or expired)")
         self.artifact_id = artifact_id
 
 

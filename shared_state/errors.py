@@ -37,6 +37,14 @@ class StateError(Exception):
     """Root of every error raised by ``shared_state``."""
 
 
+def shown(name: str, limit: int = 80) -> str:
+    """An id or name as an error quotes it: whole up to ``limit`` characters, else cut with
+    its length said (a 50,000-character id given by mistake is not echoed back)."""
+    if len(name) <= limit:
+        return repr(name)
+    return f"{name[:limit]!r}… ({len(name)} characters)"
+
+
 class ConnectionFailed(StateError):
     """The Redis server cannot be reached or refused the connection."""
 
@@ -47,13 +55,13 @@ class NotFound(StateError):
 
 class JobNotFound(NotFound):
     def __init__(self, job_id: str) -> None:
-        super().__init__(f"no job {job_id!r} (unknown, or expired after its retention)")
+        super().__init__(f"no job {shown(job_id)} (unknown, or expired after its retention)")
         self.job_id = job_id
 
 
 class TaskNotFound(NotFound):
     def __init__(self, task_id: str) -> None:
-        super().__init__(f"no task {task_id!r}")
+        super().__init__(f"no task {shown(task_id)}")
         self.task_id = task_id
 
 
@@ -171,7 +179,9 @@ class SubmitUnconfirmed(StateError):
 
 class MemoryNotFound(NotFound):
     def __init__(self, item_id: str) -> None:
-        super().__init__(f"no memory item {item_id!r} visible here (unknown, forgotten or expired)")
+        super().__init__(
+            f"no memory item {shown(item_id)} visible here (unknown, forgotten or expired)"
+        )
         self.item_id = item_id
 
 

@@ -15,7 +15,7 @@ with SIGKILL may miss its last entries there — never in the job stream.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -128,19 +128,25 @@ class EventLog:
         *,
         last: int = 1000,
         hide: frozenset[str] = frozenset(),
+        keep: Callable[[Event], bool] | None = None,
     ) -> list[Event]:
         """The last ``last`` events of a job (or of all jobs), oldest first.
 
-        Events named in ``hide`` are skipped and not counted: the stream is read
-        backwards in pages until ``last`` others are found or it ends.
+        Events named in ``hide``, and those ``keep`` says no to, are skipped and
+        not counted: the stream is read backwards in pages until ``last``
+        others are found or it ends.
         """
         stream, found, upper = self._stream(job_id), [], "+"
         while len(found) < last:
-            page = min(max(2 * (last - len(found)), 100), 10_000) if hide else last
+            filtered = hide or keep is not None
+            page = min(max(2 * (last - len(found)), 100), 10_000) if filtered else last
             entries = self._client.xrevrange(stream, max=upper, count=page)
             for entry_id, fields in entries:
-                if _text(fields.get(b"event", b"")) not in hide:
-                    found.append(self._parse(entry_id, fields, job_id))
+                if _text(fields.get(b"event", b"")) in hide:
+                    continue
+                event = self._parse(entry_id, fields, job_id)
+                if keep is None or keep(event):
+                    found.append(event)
                     if len(found) == last:
                         break
             if len(entries) < page:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import secrets
 
 import redis
@@ -56,6 +57,30 @@ class JobStore:
         self.retention_s = retention_s
         self.job_maxlen = job_maxlen
         self.memory = MemoryStore(self.client)  # a job's own memory items expire with it
+        # The one tenant this store reads and acts for (None: every tenant, as a fleet does).
+        self.tenant: str | None = None
+
+    def scoped(self, tenant: str) -> JobStore:
+        """This store for one tenant: another tenant's job is ``JobNotFound``, as if absent.
+
+        The readers' boundary (the CLI with ``--tenant``, a ``Client`` given a
+        tenant, a tenant's dashboard token): whoever holds the Redis URL itself
+        reads every tenant.
+        """
+        scoped = copy.copy(self)
+        scoped.tenant = tenant
+        return scoped
+
+    def _visible(self, raw: dict[bytes, bytes]) -> bool:
+        """Whether a job record is there and this store may see it."""
+        if not raw:
+            return False
+        return self.tenant is None or raw.get(b"tenant", b"default").decode() == self.tenant
+
+    def check(self, job_id: str) -> None:
+        """JobNotFound unless ``job_id`` is a job this store may act on (one read when scoped)."""
+        if self.tenant is not None:
+            self.get(job_id)
 
     def submit(self, spec: JobSpec) -> Job:
         """Record the job and its root planner task, then deliver the task.
@@ -105,6 +130,7 @@ class JobStore:
             workspace=spec.workspace,
             workspace_commit=spec.workspace_commit,
             check=spec.check,
+            approve=spec.approve,
         )
         fields = {
             **job.model_dump(mode="json", exclude={"created_ms"}),
@@ -155,22 +181,31 @@ class JobStore:
 
     def get(self, job_id: str) -> Job:
         raw = self.client.hgetall(keys.job(job_id))
-        if not raw:
+        if not self._visible(raw):
             raise JobNotFound(job_id)
         return Job.model_validate(_decode(raw))
 
     def list(self, limit: int = 50) -> list[Job]:
-        """The most recent jobs, newest first; ids without a record are skipped.
+        """The most recent jobs (of this store's tenant), newest first; ids without a record
+        are skipped.
 
         Such an id is a job whose keys expired (``prune_index`` drops it) or a
         submission still writing its records (``submit`` indexes the id
-        first), so it is not removed here.
+        first), so it is not removed here. A scoped store reads on in pages
+        until it has ``limit`` of its tenant's jobs or the index ends.
         """
-        ids = [i.decode() for i in self.client.zrevrange(keys.JOBS, 0, limit - 1)]
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(keys.job(job_id))
-        return [Job.model_validate(_decode(raw)) for raw in pipe.execute() if raw]
+        found: list[Job] = []
+        start, page = 0, limit if self.tenant is None else max(limit, 200)
+        while len(found) < limit:
+            ids = [i.decode() for i in self.client.zrevrange(keys.JOBS, start, start + page - 1)]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(keys.job(job_id))
+            found += [Job.model_validate(_decode(r)) for r in pipe.execute() if self._visible(r)]
+            if len(ids) < page or self.tenant is None:
+                break
+            start += page
+        return found[:limit]
 
     def prune_index(self, batch: int = 200) -> int:
         """Drop from the job index the ids whose records have expired; returns how many.
@@ -213,9 +248,18 @@ class JobStore:
         return pruned
 
     def active(self) -> list[str]:
-        return sorted(i.decode() for i in self.client.smembers(keys.ACTIVE_JOBS))
+        """The ids of the jobs not yet finished (of this store's tenant, when scoped)."""
+        ids = sorted(i.decode() for i in self.client.smembers(keys.ACTIVE_JOBS))
+        if self.tenant is None or not ids:
+            return ids
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(keys.job(job_id), "tenant")
+        tenants = [(t or b"default").decode() for t in pipe.execute()]
+        return [j for j, t in zip(ids, tenants, strict=True) if t == self.tenant]
 
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
+        self.check(job_id)
         job_keys = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
         job_keys += [keys.queued(job_id), keys.tasks(job_id)]
         res = self.runner.run("cancelJob", job_id, job_keys, [redact(reason)])
@@ -288,6 +332,7 @@ class JobStore:
         crash before it, a finished job the reaper retires again. ``counter``
         (its rounds so far) lets the script answer a re-sent call from the record.
         """
+        self.check(job_id)
         self.finalize(job_id)
         round_ = int(self.client.hget(keys.job(job_id), counter) or 0)
         task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
@@ -327,25 +372,14 @@ class JobStore:
             pipe.hget(keys.task(job_id, task_id), "role")
         return pipe.execute()
 
-    def retire(self, job_id: str) -> None:
-        """Drop a job that succeeded from the active set; its keys start to expire.
-
-        Its episode is written to its user's memory first (``memory.episodes``).
-
-        The scripts already started the retention clock of each task as it
-        finished; the active set is a cross-job key, so no script may touch it
-        together with the job's keys.
-        """
-        retention_ms = self.client.hget(keys.job(job_id), "retention_ms")
-        self._episode(job_id)
-        self._expire(job_id, [], retention_ms)
-
     def finalize(self, job_id: str) -> bool:
         """Retire a finished job and set every key of it to expire; False if left alone.
 
-        Unlike ``retire`` this also covers the tasks a failed or cancelled job
-        left unfinished. Idempotent; the reaper calls it for any active job
-        found finished, so a crash right after a job's last script loses nothing.
+        It also ends the tasks a failed or cancelled job left unfinished
+        (``endTasks``: nothing of it stays queued, waiting, blocked or claimed)
+        and sets every task to expire. Idempotent; the reaper calls it for any
+        active job found finished, so a crash right after a job's last script
+        loses nothing.
         An active id without a record is retired too (its records expired, or
         a submission died before writing them) once it was indexed at least
         ``SUBMIT_GRACE_MS`` ago by Redis time, or is not indexed at all;
@@ -362,10 +396,20 @@ class JobStore:
         elif not JobStatus(status.decode()).finished:
             return False
         task_ids = [t.decode() for t in self.client.smembers(keys.tasks(job_id))]
+        if status in (b"failed", b"cancelled"):
+            self._end_tasks(job_id, task_ids)
         if status is not None:
             self._episode(job_id)
         self._expire(job_id, [keys.task(job_id, t) for t in task_ids], retention_ms)
         return True
+
+    def _end_tasks(self, job_id: str, task_ids: list[str]) -> None:
+        """End what a failed or cancelled job left queued, waiting, blocked or claimed."""
+        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
+        fixed.append(keys.queued(job_id))
+        task_keys = [keys.task(job_id, t) for t in task_ids]
+        # A retry may have started between the read and here: then the script ends nothing.
+        self.runner.run("endTasks", job_id, [*fixed, *task_keys], [])
 
     def _episode(self, job_id: str) -> None:
         """The finished job's episode for its user (once per round: its id is the job's)."""

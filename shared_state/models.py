@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -84,6 +85,11 @@ class JobSpec(_Record):
     )
     workspace_commit: str = Field(default="", max_length=64, description="its git commit")
     check: str = Field(default="", max_length=500, description="the workspace's own check command")
+    approve: str = Field(
+        default="",
+        max_length=500,
+        description="tools whose calls wait for a person's approval, comma-separated",
+    )
 
     @field_validator("tenant", "user")
     @classmethod
@@ -96,6 +102,16 @@ class JobSpec(_Record):
         if any(not "!" <= c <= "~" for c in key):
             raise ValueError("printable ASCII without spaces, at most 200 characters")
         return key
+
+    @field_validator("approve")
+    @classmethod
+    def _tool_names(cls, given: str) -> str:
+        """Sorted, each once: ``"write_file, run_checks"`` is ``"run_checks,write_file"``."""
+        names = sorted({n.strip() for n in given.split(",") if n.strip()})
+        bad = [n for n in names if not re.fullmatch(r"[a-z_]{1,64}", n)]
+        if bad:
+            raise ValueError(f"not a tool name: {bad[0]!r} (lower-case letters and '_')")
+        return ",".join(names)
 
     @field_validator("goal")
     @classmethod
@@ -129,6 +145,7 @@ class Job(_Record):
     workspace: str = ""  # the tree id of the files it was submitted with ("" none)
     workspace_commit: str = ""  # the git commit they were read at ("" not a repository)
     check: str = ""  # the workspace's own check command (`submit --check`)
+    approve: str = ""  # tools whose calls wait for a person (`submit --approve`), sorted, ","
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 

@@ -33,6 +33,8 @@ class EffectStatus(StrEnum):
     BLOCKED = "blocked"  # unresolved and uncheckable: a person must decide
     APPROVED = "approved"  # being made again on a person's approval (used once: a crash
     # from here on blocks it again rather than make it a third time)
+    ASKED = "asked"  # a call of a tool the job gates (``submit --approve``), not made: it
+    # waits for a person; approved, the entry is DONE and the same call goes through
 
 
 class JournalEntry(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -11,12 +13,13 @@ from .artifacts import ArtifactNotFound, ArtifactStore
 from .budget import TokenBudget
 from .client import ClientOptions, connect
 from .delivery import Delivery
-from .errors import ConnectionFailed
+from .errors import ConnectionFailed, JobNotFound
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
 from .heartbeats import WorkerRegistry
 from .jobs import DEFAULT_RETENTION_S, JobStore
 from .memory.files import MemoryFiles
 from .memory.store import MemoryStore
+from .models import Event
 from .records import Records
 from .redact import redact
 from .scripts import Runner
@@ -51,6 +54,37 @@ class State:
         self.memory = MemoryStore(client)
         self.memory_files = MemoryFiles(client)
         self._recall: Recall | None = None
+        self.tenant: str | None = None  # see ``for_tenant``
+
+    def for_tenant(self, tenant: str | None) -> State:
+        """This state as one tenant's reader sees it (None: every tenant, unchanged).
+
+        Another tenant's job is ``JobNotFound`` everywhere a job is read: its
+        record, tasks and events (read after the record), artifacts, records,
+        usage and files. The same connection: closing either closes both.
+        """
+        if tenant is None or tenant == self.tenant:
+            return self
+        if self.tenant is not None:  # a reader of one tenant never becomes another's
+            raise ValueError(f"tenant: this state reads tenant {self.tenant!r} only")
+        scoped = copy.copy(self)
+        scoped.tenant = tenant
+        scoped.jobs = self.jobs.scoped(tenant)
+        return scoped
+
+    def visible_events(self) -> Callable[[Event], bool] | None:
+        """For the global stream: a filter keeping this tenant's jobs' events (each job's
+        record read once), or None when every tenant is seen."""
+        if self.tenant is None:
+            return None
+        seen: dict[str, bool] = {}
+
+        def keep(event: Event) -> bool:
+            if event.job_id not in seen:
+                seen[event.job_id] = bool(event.job_id) and self.sees(event.job_id)
+            return seen[event.job_id]
+
+        return keep
 
     @classmethod
     def connect(
@@ -86,17 +120,21 @@ class State:
 
     def budget(self, job_id: str) -> TokenBudget:
         """The token budget every model call of ``job_id`` reserves from."""
+        self.jobs.check(job_id)
         return TokenBudget(self.runner, job_id)
 
     def usage(self, job_id: str) -> JobUsage:
         """The job's model usage, recorded after every call."""
+        self.jobs.check(job_id)
         return JobUsage(self.runner, job_id)
 
     def records(self, job_id: str) -> Records:
         """The job's journal, checkpoints, workspace and progress."""
+        self.jobs.check(job_id)
         return Records(self.tasks, job_id)
 
     def artifacts(self, job_id: str) -> ArtifactStore:
+        self.jobs.check(job_id)
         return ArtifactStore(self.client, job_id)
 
     def workspace_tree(self, tenant: str, tree_id: str) -> dict[str, FileEntry]:
@@ -109,15 +147,24 @@ class State:
         return Workspace(self.client, tenant=job.tenant, tree=job.workspace, job_id=job_id)
 
     def locate_artifact(self, artifact_id: str) -> str:
-        """The id of a kept job holding ``artifact_id`` (newest first); ArtifactNotFound if none."""
+        """The id of a kept job (this state's tenant's, when scoped) holding ``artifact_id``,
+        newest first; ArtifactNotFound if none."""
         job_ids = [j.decode() for j in self.client.zrange(keys.JOBS, 0, -1, desc=True)]
         pipe = self.client.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.exists(keys.artifact(job_id, artifact_id))
         for job_id, found in zip(job_ids, pipe.execute(), strict=True):
-            if found:
+            if found and (self.tenant is None or self.sees(job_id)):
                 return job_id
         raise ArtifactNotFound(artifact_id)
+
+    def sees(self, job_id: str) -> bool:
+        """Whether this state may read ``job_id`` (any kept job, when not scoped)."""
+        try:
+            self.jobs.check(job_id)
+        except JobNotFound:
+            return False
+        return True
 
     def close(self) -> None:
         """Flush the queued global-mirror entries, then close the connection."""

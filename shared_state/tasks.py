@@ -315,7 +315,7 @@ class TaskStore:
             "decideTask",
             job_id,
             _task_keys(job_id, task_id),
-            ["approve" if approve else "reject", note, by, secrets.token_hex(8)],
+            ["approve" if approve else "reject", redact(note), by, secrets.token_hex(8)],
         )
         if res.code == Code.NOT_FOUND:
             raise TaskNotFound(task_id)

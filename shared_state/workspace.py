@@ -24,7 +24,7 @@ import redis
 
 from . import keys
 from .artifacts import ArtifactStore
-from .errors import NotFound, StateError
+from .errors import NotFound, StateError, shown
 
 BLOB_TTL_S = 30 * 24 * 3600  # a month after the last import that named a blob
 DELETED = ""  # a change's value for a file the job deleted
@@ -37,7 +37,7 @@ class WorkspaceError(StateError):
 class TreeNotFound(NotFound):
     def __init__(self, tenant: str, tree_id: str) -> None:
         super().__init__(
-            f"no workspace {tree_id!r} for tenant {tenant!r} (never imported, or expired)"
+            f"no workspace {shown(tree_id)} for tenant {tenant!r} (never imported, or expired)"
         )
 
 

@@ -154,7 +154,7 @@ def test_metrics_are_the_fleet_collectors(state: State, web: TestClient) -> None
 
 
 def test_with_a_token_a_request_needs_it_as_a_bearer_or_a_cookie(state: State) -> None:
-    web = TestClient(create_app(state, token="s3cret-t0ken"))
+    web = TestClient(create_app(state, tokens={"s3cret-t0ken": None}))
     for path in ("/", "/api/jobs", "/metrics", "/static/dashboard.js"):
         assert web.get(path).status_code == 401, path
     assert web.get("/api/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -172,7 +172,7 @@ def test_with_a_token_a_request_needs_it_as_a_bearer_or_a_cookie(state: State) -
     assert cookie.startswith(f"{COOKIE}=s3cret-t0ken") and "HttpOnly" in cookie
     assert "SameSite=strict" in cookie
     assert web.get("/api/jobs").status_code == 200  # the client keeps the cookie
-    stranger = TestClient(create_app(state, token="s3cret-t0ken"))
+    stranger = TestClient(create_app(state, tokens={"s3cret-t0ken": None}))
     stranger.cookies.set(COOKIE, "guess")
     assert stranger.get("/api/jobs").status_code == 401
 
@@ -187,7 +187,7 @@ def test_without_a_token_only_a_loopback_host_is_answered(state: State) -> None:
         assert refused.status_code == 421, host
         assert "--token" in refused.json()["error"]
     # With a token, the token is the gate: any name reaches it.
-    gated = TestClient(create_app(state, token="s3cret-t0ken"))
+    gated = TestClient(create_app(state, tokens={"s3cret-t0ken": None}))
     bearer = {"Authorization": "Bearer s3cret-t0ken", "Host": "dash.example:8765"}
     assert gated.get("/api/jobs", headers=bearer).status_code == 200
 
@@ -196,10 +196,11 @@ def test_off_loopback_a_token_is_required_before_anything_starts(redis_url: str)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1")
     assert not is_loopback("dashboard.example")
-    require_token("127.0.0.1", None)
-    require_token("0.0.0.0", "t")
+    require_token("127.0.0.1", {})
+    require_token("0.0.0.0", {"t": None})
+    require_token("0.0.0.0", {"t": "acme"})
     with pytest.raises(CoordinatorError, match="--token"):
-        require_token("0.0.0.0", None)
+        require_token("0.0.0.0", {})
     proc = run("dashboard", "--host", "0.0.0.0", "--port", str(free_port()), url=redis_url)
     assert_one_line_error(proc, "--token", "REDFLEET_DASHBOARD_TOKEN")
 

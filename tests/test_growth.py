@@ -46,7 +46,7 @@ def _finished_jobs(state: State, n: int) -> list[str]:
         else:
             root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
             assert state.tasks.complete(root, "").job_finished
-            state.jobs.retire(job.job_id)
+            state.jobs.finalize(job.job_id)
         ids.append(job.job_id)
     return ids
 

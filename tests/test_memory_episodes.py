@@ -29,7 +29,7 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
                                   source_kind=SourceKind.AGENT, source_ref="step 4"))  # fmt: skip
     report = state.artifacts(job.job_id).put("report", kind="report", trust=Trust.TRUSTED)
     _finish(state, job.job_id)
-    state.jobs.retire(job.job_id)
+    state.jobs.finalize(job.job_id)
 
     alice = MemoryContext(tenant="acme", user="alice", actor="planner")
     (episode,) = [i for i in store.items(alice) if i.kind == "episode"]
@@ -41,7 +41,7 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
     assert f"report {report.id}" in episode.text
     assert set(episode.provenance.derived_from) == {decision.id, fact.id}
     # written once: retiring again adds nothing
-    state.jobs.retire(job.job_id)
+    state.jobs.finalize(job.job_id)
     assert len([i for i in store.items(alice, include_expired=True) if i.kind == "episode"]) == 1
     # forgetting what it quotes forgets the episode
     store.forget(alice, [fact.id])
@@ -62,7 +62,7 @@ def test_a_failed_job_leaves_an_episode_saying_why(state: State) -> None:
 def test_a_scripted_behaviour_job_leaves_no_episode(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="noop", scenario=Scenario.NOOP))
     _finish(state, job.job_id)
-    state.jobs.retire(job.job_id)
+    state.jobs.finalize(job.job_id)
     assert record_episode(MemoryStore(state.client), state.jobs.get(job.job_id)) is None
     assert list(state.client.scan_iter(match="rf:mem:*item*")) == []
 

@@ -37,7 +37,7 @@ def test_a_succeeded_job_starts_its_retention_clock_in_the_scripts(
         assert _expiring(state, key, 120), key
     assert _expiring(state, keys.task(job_id, job.root_task), 120)
     assert not state.client.exists(keys.leases(job_id), keys.queued(job_id))  # emptied
-    state.jobs.retire(job_id)
+    state.jobs.finalize(job_id)
     assert _expiring(state, keys.budget(job_id), 120)
     assert state.jobs.active() == []
 
@@ -160,5 +160,5 @@ def test_retention_is_the_jobs_own_not_the_retiring_processs(state: State, redis
     job = submitter.jobs.submit(JobSpec(goal="g"))
     root = state.tasks.claim(job.job_id, job.root_task, "w1", 10_000).claim
     state.tasks.complete(root, "")
-    state.jobs.retire(job.job_id)  # `state` has the default retention of 7 days
+    state.jobs.finalize(job.job_id)  # `state` has the default retention of 7 days
     assert _expiring(state, keys.budget(job.job_id), 120)

@@ -173,10 +173,10 @@ def test_a_failure_or_reap_in_a_finished_job_cancels_the_task_instead_of_requeui
     job, _, ids = job_with_children(state, 2)
     failing = state.tasks.claim(job.job_id, ids[0], "w1", 10_000).claim
     state.tasks.claim(job.job_id, ids[1], "w2", 1)
-    state.jobs.cancel(job.job_id)
-    assert state.tasks.fail(failing, "boom") == "cancelled"
-    wait_for(lambda: state.tasks.get(job.job_id, ids[1]).lease_until < _now(state))
-    assert state.tasks.reap(job.job_id, ids[1]) == "cancelled"
+    state.jobs.cancel(job.job_id)  # ends both claimed tasks with the job (endTasks)
+    with pytest.raises(JobFinished):  # its owner is told the job ended, and stops
+        state.tasks.fail(failing, "boom")
+    assert state.tasks.reap(job.job_id, ids[1]) is None  # nothing left to reap
     for task_id in ids:
         assert state.tasks.get(job.job_id, task_id).status == TaskStatus.CANCELLED
     assert not events_named(state, job.job_id, "task.requeued")

@@ -15,12 +15,13 @@ than this code knows is refused rather than half read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared_state import Scenario, State, TaskStatus, Trust
+from shared_state import JobNotFound, Scenario, State, TaskStatus, Trust
 from shared_state.scripts import server_ms
 
 from .context import WorkingState
@@ -303,3 +304,16 @@ def write(state: State, job_id: str) -> str:
         trust=Trust.TRUSTED,
     )
     return ref.id
+
+
+def job_ended(state: State, job_id: str) -> bool:
+    """The one hook every way a job ends goes through — its last task done, a task dead, a
+    cancel from the CLI, the API or the demo, the reaper finding it ended after a crash:
+    the tasks it left unfinished end, its keys start to expire, its episode and its
+    handoff package are written. Idempotent; False while the job has not ended.
+    """
+    if not state.jobs.finalize(job_id):
+        return False
+    with contextlib.suppress(JobNotFound):  # an id whose records are gone: nothing to hand
+        write(state, job_id)
+    return True

@@ -51,6 +51,18 @@ def approval_digest(entry: JournalEntry) -> str:
     return hashlib.sha256(entry.key.encode()).hexdigest()[:16]
 
 
+def _shown(arguments: dict[str, Any], limit: int = 120) -> str:
+    """A call's arguments for a person to judge: each value whole up to ``limit`` characters,
+    a longer one cut with its full length said (the question is stored at most 500)."""
+    parts = []
+    for name, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(text) > limit:
+            text = f"{text[:limit]}… ({len(text)} characters)"
+        parts.append(f"{name}={json.dumps(text, ensure_ascii=False)}")
+    return " ".join(parts) or "(no arguments)"
+
+
 class Journal:
     """One task's journal, for the stage it runs now."""
 
@@ -99,6 +111,39 @@ class Journal:
         if not kind.records_itself:
             self._write(intent.to(EffectStatus.DONE, result))
         return result
+
+    def ask(self, tool: str, arguments: dict[str, Any]) -> None:
+        """Let a call of a tool the job gates (``submit --approve``) through once a person
+        approved this very call in this stage; until then it is not made: ``Blocked``,
+        with the call as the question.
+
+        The approval is journaled (an ``asked`` entry made ``done``), so the same call
+        made again in the stage — a replay, a resumed run — goes through without asking
+        again; a call with other arguments asks anew.
+        """
+        entry = JournalEntry(
+            key=self.key(f"ask {tool}", "", arguments),
+            task_id=self.run.task.task_id,
+            tool=tool,
+            status=EffectStatus.ASKED,
+            detail={"tool": tool},
+        )
+        digest = approval_digest(entry)
+        known = self.entries.get(entry.key)
+        if known is not None and known.status is EffectStatus.DONE:
+            return
+        if self.run.task.approved_for == digest:  # the digest names the stage too
+            self._write(entry.to(EffectStatus.DONE, "approved by a person"))
+            return
+        self._write(entry)
+        raise Blocked(f"may I call {tool} {_shown(arguments)}?", approval_for=digest)
+
+    def asked(self, digest: str) -> bool:
+        """Whether ``digest`` names a call this task asked about before making it (``ask``)."""
+        return any(
+            e.status is EffectStatus.ASKED and approval_digest(e) == digest
+            for e in self.entries.values()
+        )
 
     def reconcile(self) -> list[str]:
         """Settle the intents an earlier attempt left without a result; what was done, per line.

@@ -49,8 +49,7 @@ class TaskRun:
             lambda: self.state.tasks.complete(self.claim, self.task.parent_id, result)
         )
         if done.job_finished:
-            self.state.jobs.retire(self.job.job_id)
-            self._handoff()
+            self._ended()
 
     def spawn(
         self, stage: str, children: Sequence[Child], *, journal: tuple[str, str] = ("", "")
@@ -65,7 +64,7 @@ class TaskRun:
             lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable)
         )
         if outcome == "dead":  # and with it the job
-            self._handoff()
+            self._ended()
         return outcome
 
     def block(self, question: str, *, approval_for: str) -> None:
@@ -78,7 +77,13 @@ class TaskRun:
         self._handoff()  # the package names what waits for the person
 
     def _handoff(self) -> None:
-        """The ended job's handoff package, as an artifact (a scripted behaviour's too)."""
+        """The blocked job's handoff package, as an artifact (a scripted behaviour's too)."""
         from .handoff import write  # the package reads the roles' records; they import this
 
         write(self.state, self.job.job_id)
+
+    def _ended(self) -> None:
+        """The job ended with this task's write: the job-finished hook (``handoff.job_ended``)."""
+        from .handoff import job_ended
+
+        job_ended(self.state, self.job.job_id)

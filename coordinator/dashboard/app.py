@@ -1,8 +1,13 @@
 """The dashboard's Starlette app: pages, JSON endpoints, static files and ``/metrics``.
 
-Read-only: every route answers GET (and HEAD) only. JSON errors are
-``{"error": message}``: 404 for an unknown job or artifact, 400 for a bad
-query, 503 when Redis does not answer. Every reply forbids framing and
+Read-only but for one thing: a person's decision on a blocked task (approve,
+reject: ``POST /api/jobs/JOB/tasks/TASK/approve|reject`` with a JSON body),
+which only the page itself can send — a JSON body needs the browser's
+preflight, no other origin is allowed, and a request another site started
+(``Sec-Fetch-Site``, ``Origin``) is refused. Every other route answers GET
+(and HEAD) only. JSON errors are ``{"error": message}``: 404 for an unknown
+job, task or artifact, 400 for a bad query, 409 for a task that is not
+blocked, 503 when Redis does not answer. Every reply forbids framing and
 sniffing, and its Content-Security-Policy allows no script but the
 dashboard's own file, so text that slipped into the page unescaped would
 still not run.
@@ -13,10 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -25,9 +32,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared_state import ConnectionFailed, JobStatus, NotFound, State
+from shared_state import ConnectionFailed, JobFinished, JobStatus, NotBlocked, NotFound, State
 
 from .. import metrics
+from ..api import Client
+from ..errors import CoordinatorError
 from . import calls, documents, pages
 from .auth import LoopbackHostsOnly, TokenGate
 
@@ -80,6 +89,29 @@ def _json(build: Callable[[Request], Any]) -> Callable[[Request], Response]:
     return endpoint
 
 
+def _same_site(request: Request) -> None:
+    """403 unless the request came from this dashboard's own page (or no browser at all)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise HTTPException(403, f"a decision is taken on the dashboard's own page, not {site}")
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(403, "a decision is taken on the dashboard's own page")
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise HTTPException(415, 'send the decision as JSON: {"note": "..."}')
+
+
+async def _note(request: Request) -> str:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise HTTPException(400, "note: the body is not JSON") from None
+    note = body.get("note", "") if isinstance(body, dict) else None
+    if not isinstance(note, str) or len(note) > 2_000:
+        raise HTTPException(400, "note: a string of at most 2000 characters")
+    return note
+
+
 def _status_filter(request: Request) -> JobStatus | None:
     given = request.query_params.get("status") or None
     if given is None:
@@ -116,8 +148,25 @@ def _http_error(_request: Request, exc: Exception) -> Response:
     return _error(exc.detail, exc.status_code)
 
 
-def create_app(state: State, *, token: str | None = None) -> Starlette:
-    """The dashboard over ``state``; with ``token``, every request must carry it."""
+def create_app(
+    state: State,
+    *,
+    tokens: dict[str, str | None] | None = None,
+    tenant: str | None = None,
+) -> Starlette:
+    """The dashboard over ``state``.
+
+    With ``tokens`` (token -> the tenant it reads, None: every tenant) every
+    request must carry one; ``tenant`` scopes the whole server to one tenant
+    (a token cannot widen it). A tenant's reader finds another tenant's job
+    as not found, and lists only its own.
+    """
+
+    def scoped(request: Request) -> State:
+        given = getattr(request.state, "tenant", None)
+        if tenant is not None and given is not None and given != tenant:
+            raise HTTPException(403, "this token's tenant is not the one this dashboard serves")
+        return state.for_tenant(tenant or given)
 
     def jobs_page(request: Request) -> Response:
         return HTMLResponse(pages.render("jobs", title="jobs", heading="jobs"))
@@ -125,7 +174,7 @@ def create_app(state: State, *, token: str | None = None) -> Starlette:
     def job_page(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            goal = state.jobs.get(job_id).goal
+            goal = scoped(request).jobs.get(job_id).goal
         except NotFound as exc:
             return HTMLResponse(str(exc), status_code=404, media_type="text/plain")
         return HTMLResponse(pages.render("job", title=job_id, heading=goal, job_id=job_id))
@@ -141,6 +190,30 @@ def create_app(state: State, *, token: str | None = None) -> Starlette:
 
     def workers_page(request: Request) -> Response:
         return HTMLResponse(pages.render("workers", title="workers", heading="workers"))
+
+    async def decide(request: Request) -> Response:
+        _same_site(request)
+        note = await _note(request)
+        job_id, task_id = path(request, "job_id"), path(request, "task_id")
+        verdict = path(request, "decision")
+        if verdict not in ("approve", "reject"):
+            return _error(f"{verdict!r}: approve or reject", 404)
+        client = Client(scoped(request))
+        try:
+            if verdict == "approve":
+                await run_in_threadpool(client.approve, job_id, task_id, note=note)
+            else:
+                await run_in_threadpool(client.reject, job_id, task_id, note=note)
+        except NotFound as exc:
+            return _error(str(exc), 404)
+        except (NotBlocked, JobFinished) as exc:
+            return _error(str(exc), 409)
+        except CoordinatorError as exc:  # a rejection without a note
+            return _error(str(exc), 400)
+        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
+            return _error(f"Redis does not answer: {type(exc).__name__}", 503)
+        decided = "approved" if verdict == "approve" else "rejected"
+        return JSONResponse({"job_id": job_id, "task_id": task_id, "decision": decided})
 
     fleet_metrics = metrics.registry(state)
 
@@ -158,27 +231,31 @@ def create_app(state: State, *, token: str | None = None) -> Starlette:
         Route("/workers", workers_page),
         Route(
             "/api/jobs",
-            _json(lambda r: documents.jobs(state, status=_status_filter(r), limit=_limit(r))),
+            _json(lambda r: documents.jobs(scoped(r), status=_status_filter(r), limit=_limit(r))),
         ),
-        Route("/api/jobs/{job_id}", _json(lambda r: documents.job(state, path(r, "job_id")))),
+        Route("/api/jobs/{job_id}", _json(lambda r: documents.job(scoped(r), path(r, "job_id")))),
         Route(
             "/api/jobs/{job_id}/events",
-            _json(lambda r: documents.events(state, path(r, "job_id"), _after(r))),
+            _json(lambda r: documents.events(scoped(r), path(r, "job_id"), _after(r))),
         ),
         Route(
-            "/api/jobs/{job_id}/calls", _json(lambda r: calls.document(state, path(r, "job_id")))
+            "/api/jobs/{job_id}/calls",
+            _json(lambda r: calls.document(scoped(r), path(r, "job_id"))),
         ),
         Route(
             "/api/jobs/{job_id}/artifacts/{artifact_id}",
-            _json(lambda r: documents.artifact(state, path(r, "job_id"), path(r, "artifact_id"))),
+            _json(
+                lambda r: documents.artifact(scoped(r), path(r, "job_id"), path(r, "artifact_id"))
+            ),
         ),
-        Route("/api/workers", _json(lambda r: documents.workers(state))),
+        Route("/api/workers", _json(lambda r: documents.workers(scoped(r)))),
+        Route("/api/jobs/{job_id}/tasks/{task_id}/{decision:str}", decide, methods=["POST"]),
         Route("/metrics", metrics_endpoint),
         Mount("/static", StaticFiles(packages=[(__package__, "static")])),
     ]
     middleware = [Middleware(_SecurityHeaders)]
-    if token is not None:
-        middleware.append(Middleware(TokenGate, token=token))
+    if tokens:
+        middleware.append(Middleware(TokenGate, tokens=tokens))
     else:
         middleware.append(Middleware(LoopbackHostsOnly))
     return Starlette(

@@ -2,7 +2,9 @@
 
 The dashboard shows goals, model output and worker hosts, so a server that
 other machines can reach asks for a token (``--token`` or
-``REDFLEET_DASHBOARD_TOKEN``) and refuses to start without one. A request
+``REDFLEET_DASHBOARD_TOKEN``, which reads every tenant, or a tenant's own:
+``--tenant-token TENANT=TOKEN``, which reads that tenant's jobs only) and
+refuses to start without one. A request
 carries it as ``Authorization: Bearer TOKEN`` (scripts, Prometheus), or once
 as ``?token=TOKEN``: the reply sets it as an HttpOnly cookie and redirects to
 the same address without it, so the token leaves the address bar and the
@@ -44,9 +46,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def require_token(host: str, token: str | None) -> None:
+def require_token(host: str, tokens: dict[str, str | None]) -> None:
     """CoordinatorError naming the option when ``host`` is not loopback and no token is set."""
-    if token is None and not is_loopback(host):
+    if not tokens and not is_loopback(host):
         raise CoordinatorError(
             f"--token is needed off loopback: the dashboard on {host} is reachable from other "
             "machines; pass --token TOKEN or set REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
@@ -54,16 +56,28 @@ def require_token(host: str, token: str | None) -> None:
 
 
 class TokenGate:
-    """ASGI middleware: a request without the token gets 401; ``?token=`` becomes a cookie."""
+    """ASGI middleware: a request without a token gets 401; ``?token=`` becomes a cookie.
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
-        if not token:
-            raise CoordinatorError("--token: must not be empty")
+    ``tokens`` maps each token to the tenant it reads (None: every tenant);
+    the request's ``scope["state"]["tenant"]`` says which, for the routes.
+    """
+
+    def __init__(self, app: ASGIApp, *, tokens: dict[str, str | None]) -> None:
+        if not tokens or not all(tokens):
+            raise CoordinatorError("--token/--tenant-token: a token must not be empty")
         self.app = app
-        self._token = token.encode()
+        self._tokens = [(t.encode(), tenant) for t, tenant in tokens.items()]
 
-    def _matches(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self._token)
+    def _matches(self, given: str | None) -> tuple[bytes, str | None] | None:
+        """The token and its tenant when ``given`` is one; every token is compared (constant
+        time each), so the time taken does not say which matched."""
+        if given is None:
+            return None
+        found = None
+        for token, tenant in self._tokens:
+            if hmac.compare_digest(given.encode(), token):
+                found = (token, tenant)
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,11 +86,14 @@ class TokenGate:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
         offered = [v for k, v in query if k == QUERY]
-        if self._carried(headers):
+        carried = self._carried(headers)
+        if carried is not None:
+            scope.setdefault("state", {})["tenant"] = carried[1]
             await self.app(scope, receive, send)
             return
-        if offered and self._matches(offered[-1]):
-            response = self._set_cookie(scope, [(k, v) for k, v in query if k != QUERY])
+        matched = self._matches(offered[-1]) if offered else None
+        if matched is not None:
+            response = self._set_cookie(scope, matched[0], [(k, v) for k, v in query if k != QUERY])
         else:
             response = JSONResponse(
                 {"error": "a token is needed: Authorization: Bearer TOKEN, or ?token=TOKEN once"},
@@ -85,20 +102,22 @@ class TokenGate:
             )
         await response(scope, receive, send)
 
-    def _carried(self, headers: dict[str, str]) -> bool:
-        """Whether the request carries the token as a bearer or in the cookie."""
+    def _carried(self, headers: dict[str, str]) -> tuple[bytes, str | None] | None:
+        """The token the request carries as a bearer or in the cookie, with its tenant."""
         scheme, _, bearer = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and self._matches(bearer.strip()):
-            return True
+        if scheme.lower() == "bearer" and (found := self._matches(bearer.strip())):
+            return found
         cookie = SimpleCookie(headers.get("cookie", "")).get(COOKIE)
-        return cookie is not None and self._matches(cookie.value)
+        return self._matches(cookie.value) if cookie is not None else None
 
-    def _set_cookie(self, scope: Scope, rest: list[tuple[str, str]]) -> Response:
-        target = URL(scope=scope).replace(query=urlencode(rest))
-        response = RedirectResponse(f"{target.path}?{target.query}" if rest else target.path, 303)
+    def _set_cookie(self, scope: Scope, token: bytes, rest: list[tuple[str, str]]) -> Response:
+        path = URL(scope=scope).path
+        # One leading slash only: a browser reads "//host/x" (or "/\\host/x") as another site.
+        path = "/" + path.lstrip("/\\")
+        response = RedirectResponse(f"{path}?{urlencode(rest)}" if rest else path, 303)
         response.set_cookie(
             COOKIE,
-            self._token.decode(),
+            token.decode(),
             httponly=True,
             samesite="strict",
             secure=scope.get("scheme") == "https",

@@ -2,9 +2,9 @@
   retryJob: give a failed job's dead and cancelled tasks fresh attempts and
   set the job running again, with the same id.
 
-  Tasks that succeeded stay succeeded (nothing runs twice); a parent waiting
-  on its children keeps its pending counter, so fan-in goes on where it
-  stopped. Of a resumed job, only the current round's tasks (created since the
+  Tasks that succeeded stay succeeded (nothing runs twice); a parent that was
+  waiting on its children when the job ended (endTasks cancelled it) waits
+  again with its pending counter, so fan-in goes on where it stopped. Of a resumed job, only the current round's tasks (created since the
   resume) and the root are given new attempts. The job's keys and its tasks stop expiring.
 
   KEYS[1] job hash         rf:{job}:job
@@ -54,10 +54,13 @@ for i = 6 + n, #KEYS do
   local taskKey = KEYS[i]
   redis.call('PERSIST', taskKey)
   local t = redis.call('HMGET', taskKey, 'task_id', 'role', 'status', 'error', 'retries',
-    'created_ms')
+    'created_ms', 'pending')
   -- Only this round's tasks: an earlier round's, resumed past, stay as they ended.
   local thisRound = (tonumber(t[6] or '0') >= resumedMs) or t[1] == root
-  if thisRound and (t[3] == 'dead' or t[3] == 'cancelled') then
+  if thisRound and t[3] == 'cancelled' and tonumber(t[7] or '0') > 0 then
+    -- Ended while it waited on its children (endTasks): it waits for them again.
+    redis.call('HSET', taskKey, 'status', 'waiting', 'finished_ms', 0)
+  elseif thisRound and (t[3] == 'dead' or t[3] == 'cancelled') then
     redis.call('HSET', taskKey, 'status', 'queued', 'attempt', 1, 'owner', '', 'lease_until', 0,
       'queued_ms', now, 'finished_ms', 0, 'last_error', t[4] or '',
       'retries', (tonumber(t[5]) or 0) + 1)
@@ -69,7 +72,7 @@ for i = 6 + n, #KEYS do
   end
 end
 local round = redis.call('HINCRBY', jobKey, 'retries', 1)
-redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0,
+redis.call('HSET', jobKey, 'status', 'running', 'reason', '', 'finished_ms', 0, 'blocked_tasks', 0,
   'retry_requeued', table.concat(requeued, ' '), 'retry_queued', table.concat(queued, ' '))
 emit(stream, job.maxlen, {'event', 'job.retried', 'job_id', redis.call('HGET', jobKey, 'job_id'),
   'tasks', #requeued, 'retry', round})

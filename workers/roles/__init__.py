@@ -30,6 +30,13 @@ ROLES: dict[Role, type[AgentTask]] = {
     Role.CODER: Coder,
     Role.REVIEWER: Reviewer,
 }
+# What a job may gate (`submit --approve`): the tools whose calls act outside the task
+# (files, checks run, tasks spawned, long-term memory written).
+APPROVABLE = frozenset({
+    "append_file", "delete_file", "dispatch_batches", "dispatch_coders", "dispatch_fixes",
+    "dispatch_reviewer", "edit_file", "memory", "rename_file", "run_checks", "spawn_subagents",
+    "write_file",
+})  # fmt: skip
 # Errors a retry would meet again: the task fails at once, with the reason.
 FINAL = (ArtifactNotFound, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
          ScenarioExhausted, pydantic.ValidationError)  # fmt: skip
@@ -55,4 +62,4 @@ def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:
     return cls(task_run, choice, worker)
 
 
-__all__ = ["ROLES", "AgentTask", "TaskInput", "run"]
+__all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "run"]

@@ -15,6 +15,7 @@ the stage it named, with its children's summaries as its first message.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -31,7 +32,7 @@ from shared_state.workspace import Workspace
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome
 from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
-from ..errors import ProviderError, ToolRefused
+from ..errors import Blocked, ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
 from ..llm import ModelSummarizer, ProviderChoice
 from ..prompts import system_prompt
@@ -241,10 +242,15 @@ class AgentTask:
             system += WORKSPACE_NOTE
         prompt = system_prompt(system, self.project_document, self.tok)
         approved_here = self.task.approval_stage == self.task.stage
-        if self.task.approved_for and self.task.approval_note and approved_here:
+        asked = self.context.journal is not None and self.context.journal.asked(
+            self.task.approved_for
+        )
+        if self.task.approved_for and approved_here and (self.task.approval_note or asked):
             # The person's word, a user turn, in the stage they answered (not in every later one).
-            opening = [Message(role="user", content=f"Approved: {self.task.approval_note}"),
-                       *opening]  # fmt: skip
+            said = f"Approved: {self.task.approval_note}" if self.task.approval_note else ""
+            if asked:  # the call it asked about goes through now, made again as it was
+                said = f"A person approved the call you asked about: {self.task.question} {said}"
+            opening = [Message(role="user", content=said), *opening]
         return loop.run(prompt, list(opening), reference=self.reference())
 
     def _save(self, working: WorkingState) -> None:
@@ -362,13 +368,33 @@ class AgentTask:
 
     def toolset(self, tools: Sequence[Tool]) -> list[Tool]:
         """The role's tools and, last and in every phase, ``memory`` and ``note`` (the tools
-        slot stays stable)."""
+        slot stays stable); those the job gates (``submit --approve``) ask first."""
         memory = MemoryTool(self.run.state, self.memory)
-        return [
+        every = [
             *tools,
             Tool("memory", MEMORY_DESCRIPTION, MemoryArgs, memory),
             Tool("note", NOTE_DESCRIPTION, Note, self._note),
         ]
+        gated = set(self.run.job.approve.split(","))
+        return [self._asking(t) if t.name in gated else t for t in every]
+
+    def _asking(self, tool: Tool) -> Tool:
+        """``tool`` as a job that gates it has it: a call not yet approved is not made; the
+        task blocks with the call as its question, its working state checkpointed."""
+        function, journal = tool.function, self.context.journal
+        assert journal is not None  # every agent task keeps one (``__init__``)
+
+        def ask_first(ctx: RunContext, a: BaseModel) -> ToolResult:
+            try:
+                journal.ask(tool.name, a.model_dump(mode="json"))
+            except Blocked:
+                ctx.checkpoint()  # what the run learned so far is there when it resumes
+                raise
+            return function(ctx, a)
+
+        asking = copy.copy(tool)  # the same spec: the tools slot does not change
+        asking.function = ask_first
+        return asking
 
     def _note(self, ctx: RunContext, a: Note) -> ToolResult:
         """Write the model's note into the working state (its own parts only)."""

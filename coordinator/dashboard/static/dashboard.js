@@ -164,9 +164,35 @@ function taskNode(task, children, jobId) {
   if (task.brief) item.append(el("div", { class: "brief" }, task.brief));
   if (task.error) item.append(el("div", { class: "error" }, task.error));
   if (task.question) item.append(el("div", { class: "error" }, `asks: ${task.question}`));
+  if (task.status === "blocked") item.append(decisionButtons(jobId, task.task_id));
   const kids = children.get(task.task_id) || [];
   if (kids.length) item.append(el("ul", {}, ...kids.map((t) => taskNode(t, children, jobId))));
   return item;
+}
+
+// Approve or reject a blocked task: the one write the dashboard makes, as JSON (which a
+// page of another site cannot send here without a preflight the server never allows).
+function decisionButtons(jobId, taskId) {
+  const url = (verdict) =>
+    `/api/jobs/${encodeURIComponent(jobId)}/tasks/${encodeURIComponent(taskId)}/${verdict}`;
+  const send = async (verdict, note) => {
+    const reply = await fetch(url(verdict), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ note }),
+    });
+    const doc = await reply.json().catch(() => ({}));
+    setLive(reply.ok, reply.ok ? `${taskId} ${doc.decision}` : `not decided: ${doc.error}`);
+  };
+  const approve = el("button", { type: "button", class: "approve" }, "approve");
+  approve.addEventListener("click", () => send("approve", ""));
+  const reject = el("button", { type: "button", class: "reject" }, "reject");
+  reject.addEventListener("click", () => {
+    const note = window.prompt(`Why is ${taskId} rejected? (its job fails)`);
+    if (note && note.trim()) send("reject", note);
+  });
+  return el("div", { class: "decision" }, approve, " ", reject);
 }
 
 function renderTree(doc) {

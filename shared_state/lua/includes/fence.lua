@@ -13,7 +13,9 @@
                           again, from `ended`. Otherwise records a
                           task.fenced event (with the stale and the current
                           token) and returns the reply for code -3 (FENCED),
-                          or -1 (NOT_FOUND) when the task does not exist.
+                          -4 (JOB_FINISHED) to the owner of a task its
+                          job's end cancelled (endTasks keeps its owner and
+                          token), or -1 (NOT_FOUND) when it does not exist.
   ended(token, worker, op, data)
                           record on the task that `op` by this token ended
                           the claim, with its reply data (flat strings), so
@@ -61,6 +63,11 @@ local function fence(t, job, stream, token, worker, op)
   else
     local again = replayed(token, worker, op)
     if again then return again end
+    if status == 'cancelled' and t[2] == token and t[4] == worker and isTerminalJob(job.status)
+    then
+      -- Its job ended while it ran (endTasks): told as such, not as a lost claim.
+      return reply(-4, {job_status = job.status})
+    end
   end
   emit(stream, job.maxlen, {'event', 'task.fenced', 'task_id', t[3], 'worker', worker,
     'token', token, 'current_token', t[2], 'status', status, 'op', op})
