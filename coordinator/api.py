@@ -31,6 +31,10 @@ talks to its Redis::
   a folder or git repository stored as the tenant's workspace tree (only the
   files Redis lacks are sent); ``submit(..., workspace=path or report)`` gives a
   job those files (`submit --workspace`).
+- ``cancel``, ``retry``, ``resume``, ``approve``, ``reject``, ``handoff``: what the
+  commands of those names do.
+- ``Client.connect(tenant=...)``: a client that reads and acts for one tenant only
+  (another tenant's job is ``JobNotFound``).
 - ``diff(job_id) -> list[FileDiff]``: what a job changed against its workspace
   (`redfleet diff`); ``apply(job_id, repo, branch=..., three_way=...) -> Applied``:
   those changes as a new branch of the repository, a commit per passing feature
@@ -54,8 +58,10 @@ from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, Task
 from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 from shared_state.names import check_name
-from workers import handoff
+from workers import handoff, resume
 from workers.errors import ToolRefused
+from workers.handoff import HandoffPackage
+from workers.resume import ResumePlan
 from workers.roles import APPROVABLE
 from workers.sandbox import command_args
 
@@ -245,18 +251,50 @@ class Client:
         self.state.jobs.cancel(job_id, reason)
         handoff.job_ended(self.state, job_id)
 
-    def approve(self, job_id: str, task_id: str, *, note: str = "") -> None:
-        """Let a blocked task go on: the call it asked about is made (or, for an effect an
-        earlier attempt left unsettled, made again); ``note`` reaches it as a user turn."""
-        self.state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
-        self.state.tasks.decide(job_id, task_id, approve=True, note=note, by=operator())
+    def retry(self, job_id: str) -> list[str]:
+        """Run a failed job again from where it stopped, with the same id: its dead tasks
+        (and those its end cancelled) get fresh attempts; the ids requeued."""
+        return self.state.jobs.retry(job_id)
 
-    def reject(self, job_id: str, task_id: str, *, note: str) -> None:
+    def resume(
+        self,
+        job_id: str,
+        *,
+        goal: str | None = None,
+        constraints: list[str] | None = None,
+        max_evidence_age_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> tuple[ResumePlan, str]:
+        """Check a finished job's features against its records and start a new round for
+        those that need one (`redfleet resume`): the checks, and the stage the round
+        started at ("" when nothing was started: ``dry_run``, or every feature keeps its
+        evidence)."""
+        found = resume.plan(
+            self.state,
+            job_id,
+            goal=goal,
+            constraints=constraints,
+            max_evidence_age_ms=max_evidence_age_ms,
+        )
+        return found, "" if dry_run else resume.start(self.state, found)
+
+    def handoff(self, job_id: str) -> HandoffPackage:
+        """What the next person or agent continues the job from, built from its records now."""
+        return handoff.build(self.state, job_id)
+
+    def approve(self, job_id: str, task_id: str, *, note: str = "", by: str = "") -> None:
+        """Let a blocked task go on: the call it asked about is made (or, for an effect an
+        earlier attempt left unsettled, made again); ``note`` reaches it as a user turn.
+        ``by`` is recorded as who decided (default: this machine's operator)."""
+        self.state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
+        self.state.tasks.decide(job_id, task_id, approve=True, note=note, by=by or operator())
+
+    def reject(self, job_id: str, task_id: str, *, note: str, by: str = "") -> None:
         """End a blocked task: it is dead with ``note`` as its error, and its job fails."""
         if not note.strip():
             raise CoordinatorError("--note: say why the task is rejected")
         self.state.jobs.get(job_id)
-        self.state.tasks.decide(job_id, task_id, approve=False, note=note, by=operator())
+        self.state.tasks.decide(job_id, task_id, approve=False, note=note, by=by or operator())
 
     def diff(self, job_id: str) -> list[FileDiff]:
         """What the job changed against the workspace it was submitted with, by path."""

@@ -36,7 +36,6 @@ from shared_state import (
 )
 from shared_state.names import check_name
 from shared_state.redact import redact
-from workers import handoff, resume
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
 from . import logs, metrics, sample_repo, views
@@ -711,6 +710,9 @@ def logs_cmd(
         keep = None if job_id else state.visible_events()  # --tenant: its jobs' only
         past = state.events.read(job_id, last=last, hide=hide, keep=keep) if last else []
         after = past[-1].id if past else "$"
+        gap = views.log_gap(state, job_id, past, last)
+        if gap:
+            print(f"redfleet: {gap}", file=sys.stderr)
         if not job_id:  # mirrored in batches: stream order is not quite time order
             past.sort(key=lambda e: e.ts)
         for event in past:
@@ -815,10 +817,10 @@ def resume_cmd(
     age_ms = _duration_ms(max_evidence_age, "--max-evidence-age") if max_evidence_age else None
     settings = Settings()
     with open_state(settings) as state:
-        found = resume.plan(
-            state, job_id, goal=goal, constraints=constraint, max_evidence_age_ms=age_ms
+        client = Client(state, settings=settings)
+        found, stage = client.resume(
+            job_id, goal=goal, constraints=constraint, max_evidence_age_ms=age_ms, dry_run=dry_run
         )
-        stage = "" if dry_run else resume.start(state, found)
         doc = {**found.model_dump(mode="json"), "started": bool(stage), "stage": stage or None}
         if as_json and not (wait and stage):
             views.print_json(doc)
@@ -834,7 +836,7 @@ def resume_cmd(
                 return
             views.write_line(f"{job_id}: a new round started at {stage}")
         if wait:
-            _wait_for(Client(state, settings=settings), job_id, timeout_s, as_json)
+            _wait_for(client, job_id, timeout_s, as_json)
 
 
 @app.command("handoff")
@@ -857,7 +859,7 @@ def handoff_cmd(
     if markdown and as_json:
         raise CoordinatorError("--markdown and --json: choose one")
     with open_state(Settings()) as state:
-        package = handoff.build(state, job_id)
+        package = Client(state).handoff(job_id)
     if as_json:
         views.print_json(package.model_dump(mode="json"))
     else:
@@ -886,7 +888,8 @@ def retry(
         raise CoordinatorError("--timeout: only with --wait")
     settings = Settings()
     with open_state(settings) as state:
-        requeued = state.jobs.retry(job_id)
+        client = Client(state, settings=settings)
+        requeued = client.retry(job_id)
         if as_json and not wait:
             views.print_json({"job_id": job_id, "requeued": requeued})
             return
@@ -895,7 +898,7 @@ def retry(
                 f"{job_id}: {views.count(len(requeued), 'task')} given a fresh attempt"
             )
         if wait:
-            _wait_for(Client(state, settings=settings), job_id, timeout_s, as_json)
+            _wait_for(client, job_id, timeout_s, as_json)
 
 
 NoteOpt = Annotated[

@@ -9,11 +9,13 @@ terminal-safe (it came from users and models); ``--json`` keeps it exact.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
+from shared_state.errors import MemoryNotFound
 from shared_state.memory import (
     Claim,
     MemoryContext,
@@ -22,6 +24,7 @@ from shared_state.memory import (
     Scope,
     SourceKind,
 )
+from shared_state.memory.files import MemoryFiles, resolve
 from shared_state.memory.items import ItemKind, age_text
 from shared_state.memory.quotes import MIN_QUOTE_CHARS
 
@@ -67,6 +70,29 @@ def _tenant(given: str | None) -> str:
 
 def _context(tenant: str, user: str = "") -> MemoryContext:
     return MemoryContext(tenant=tenant, user=user, actor=operator())
+
+
+def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
+    """A memory file as it is (terminal-safe), or a folder's files with their sizes."""
+    with open_state(Settings()) as state:
+        files = MemoryFiles(state.client)
+        folder = not resolve(ctx, path).relative or path.endswith("/")
+        try:
+            if folder:
+                raise MemoryNotFound(path)
+            content, digest = files.read(ctx, path)
+            doc: dict[str, Any] = {"path": path, "sha256": digest, "content": content}
+        except MemoryNotFound:
+            listing = files.listing(ctx, path)  # a file's name may be a folder's too
+            if not listing:
+                raise
+            doc = {"path": path, "files": [{"path": f, "bytes": n} for f, n in listing]}
+    if as_json:
+        views.print_json(doc)
+    elif "files" in doc:
+        views.table(f"memory files under {path}", doc["files"], ["path", "bytes"])
+    else:
+        sys.stdout.write(multi_line(doc["content"]).rstrip("\n") + "\n")
 
 
 def _scope(text: str, option: str = "--scope") -> Scope:
@@ -138,12 +164,29 @@ def list_cmd(
 
 @memory_app.command()
 def show(
-    item_id: Annotated[str, typer.Argument(metavar="ITEM_ID", help="An item id, m-...")],
+    item_id: Annotated[
+        str | None, typer.Argument(metavar="ITEM_ID", help="An item id, m-...")
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            metavar="PATH",
+            help="A memory file instead, e.g. /memories/project/AGENTS.md (the project "
+            "memory every job of the tenant reads at start); a folder lists its files.",
+        ),
+    ] = None,
     tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """One item in full: text, scope, lifecycle and provenance."""
+    """One item in full: text, scope, lifecycle and provenance; or a memory file's content."""
     tenant = _tenant(tenant)
+    if (item_id is None) == (file is None):
+        raise CoordinatorError("ITEM_ID or --file PATH: give one")
+    if file is not None:
+        _show_file(_context(tenant), file, as_json)
+        return
+    assert item_id is not None
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
         item = store.get(_context(tenant), item_id, operator=True)

@@ -38,6 +38,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from shared_state import State, keys
 
+from .errors import CoordinatorError
+
 # The bounds mirrorEvents counts into (ms), in its order.
 LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
@@ -181,6 +183,15 @@ def registry(state: State) -> CollectorRegistry:
 
 
 def serve(state: State, port: int, host: str = "127.0.0.1") -> Thread:
-    """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns it."""
-    _server, thread = start_http_server(port, addr=host, registry=registry(state))
+    """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns it.
+
+    CoordinatorError naming the option when it cannot listen there (in use,
+    not an address of this machine).
+    """
+    try:
+        _server, thread = start_http_server(port, addr=host, registry=registry(state))
+    except OSError as exc:
+        raise CoordinatorError(
+            f"--metrics-port/--metrics-host: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
     return thread

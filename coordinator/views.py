@@ -363,6 +363,24 @@ def write_line(text: str) -> None:
         console.on_broken_pipe()
 
 
+def log_gap(state: State, job_id: str | None, shown: list[Event], last: int) -> str:
+    """What `logs` does not show before its first line, said ("" when it starts at the
+    beginning): events left out by --last, and a job's first events trimmed from its
+    capped stream."""
+    first = state.events.first(job_id)
+    if first is None:
+        return ""
+    notes = []
+    if len(shown) == last and (not shown or shown[0].id != first.id):
+        notes.append("earlier events are not shown (--last N shows more)")
+    if job_id and first.event != "job.submitted":
+        notes.append(
+            f"the job's first events are gone: its stream keeps the last "
+            f"REDFLEET_JOB_STREAM_MAXLEN entries, from {first.ts:%H:%M:%S} on"
+        )
+    return "; ".join(notes)
+
+
 CELL_CHARS = 160
 
 

@@ -10,7 +10,6 @@ output) is ``untrusted``: it is data, never instructions.
 from __future__ import annotations
 
 import hashlib
-import time
 from enum import StrEnum
 from typing import Protocol
 
@@ -19,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
 from .errors import NotFound, shown
+from .scripts import run_plain
 
 PREVIEW_CHARS = 600
-NO_KEY = -2  # PTTL of a key that does not exist
 ORPHAN_TTL_S = 24 * 3600  # an artifact written for a job whose record is gone
 
 
@@ -47,6 +46,16 @@ class ArtifactRef(BaseModel):
     def handle(self) -> str:
         """The one-line form a context shows in place of the content."""
         return f"[artifact {self.id} {self.kind} {self.bytes}B {self.trust.value}: {self.title}]"
+
+
+# The fields of an artifact's hash that make its handle (all but its content).
+_REF_FIELDS = list(ArtifactRef.model_fields)
+
+
+def _ref(raw: list[bytes | None]) -> ArtifactRef | None:
+    """The handle from an HMGET of ``_REF_FIELDS`` (None: no such artifact)."""
+    fields = {k: v.decode() for k, v in zip(_REF_FIELDS, raw, strict=True) if v is not None}
+    return ArtifactRef.model_validate(fields) if fields else None
 
 
 class ArtifactNotFound(NotFound):
@@ -137,38 +146,33 @@ class ArtifactStore:
         trust: Trust = Trust.UNTRUSTED,
     ) -> ArtifactRef:
         ref = make_ref(content, kind=kind, title=title, source=source, trust=trust)
-        key = keys.artifact(self.job_id, ref.id)
-        with self.client.pipeline() as pipe:  # MULTI: the write and the job's clock at once
-            pipe.hset(key, mapping={**ref.model_dump(mode="json"), "content": content})
-            # The latest time it was stored: content-addressed, a check's log written again
-            # by a new run is the same artifact, and its age is the new run's.
-            pipe.zadd(keys.artifacts(self.job_id), {ref.id: int(time.time() * 1000)})
-            pipe.pttl(keys.job(self.job_id))
-            *_, job_ttl_ms = pipe.execute()
-        if job_ttl_ms > 0:
-            # Written after the job finished (its clock runs): it goes when the job goes.
-            # Before, the job's finish finds it in the index and sets its expiry then.
-            self.client.pexpire(key, job_ttl_ms)
-        elif job_ttl_ms == NO_KEY:
-            # No job record (it expired, or never was): nothing would ever expire these.
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.expire(key, ORPHAN_TTL_S)
-                pipe.expire(keys.artifacts(self.job_id), ORPHAN_TTL_S, nx=True)
-                pipe.execute()
+        fields = {**ref.model_dump(mode="json"), "content": content}
+        # One call: the write, its index entry at Redis time, and the expiry the job's
+        # state calls for (see storeArtifact).
+        run_plain(
+            self.client,
+            "storeArtifact",
+            keys.script_keys("storeArtifact", self.job_id, artifact_id=ref.id),
+            [ref.id, ORPHAN_TTL_S, *(x for kv in fields.items() for x in kv)],
+        )
         return ref
 
     def get(self, artifact_id: str) -> ArtifactRef:
-        raw = self.client.hgetall(keys.artifact(self.job_id, artifact_id))
-        if not raw:
+        """The artifact's handle, its content not read (it may be megabytes)."""
+        ref = _ref(self.client.hmget(keys.artifact(self.job_id, artifact_id), _REF_FIELDS))
+        if ref is None:
             raise ArtifactNotFound(artifact_id)
-        fields = {k.decode(): v.decode() for k, v in raw.items() if k != b"content"}
-        return ArtifactRef.model_validate(fields)
+        return ref
 
     def text(self, artifact_id: str) -> str:
+        return self.content(artifact_id).decode()
+
+    def content(self, artifact_id: str) -> bytes:
+        """The content's bytes as stored (``text`` decodes them)."""
         content = self.client.hget(keys.artifact(self.job_id, artifact_id), "content")
         if content is None:
             raise ArtifactNotFound(artifact_id)
-        return content.decode()
+        return content
 
     def stored_ms(self) -> dict[str, int]:
         """Artifact id -> when it was last stored (ms), oldest first (``list``'s order)."""
@@ -183,11 +187,5 @@ class ArtifactStore:
         ids = [i.decode() for i in self.client.zrange(keys.artifacts(self.job_id), 0, -1)]
         pipe = self.client.pipeline(transaction=False)
         for artifact_id in ids:
-            pipe.hgetall(keys.artifact(self.job_id, artifact_id))
-        return [
-            ArtifactRef.model_validate(
-                {k.decode(): v.decode() for k, v in raw.items() if k != b"content"}
-            )
-            for raw in pipe.execute()
-            if raw
-        ]
+            pipe.hmget(keys.artifact(self.job_id, artifact_id), _REF_FIELDS)
+        return [ref for raw in pipe.execute() if (ref := _ref(raw)) is not None]

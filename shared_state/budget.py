@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 from . import keys
-from .errors import BudgetExceeded, Code
+from .replies import Asked, check
 from .scripts import Runner
 
 # Longer than any model call can take with its retries; a call settled later
@@ -51,16 +51,17 @@ class TokenBudget:
     def reserve(self, tokens: int) -> Reservation:
         """Reserve ``tokens`` for one call; BudgetExceeded if it would overrun."""
         rid = secrets.token_hex(8)
+        where = keys.script_keys("reserveTokens", self.job_id)
         res = self.runner.run(
-            "reserveTokens", self.job_id, [self.key], [rid, tokens, RESERVATION_TTL_MS]
+            "reserveTokens", self.job_id, where, [rid, tokens, RESERVATION_TTL_MS]
         )
-        if res.code == Code.OVER_BUDGET:
-            raise BudgetExceeded(self.job_id, tokens, int(res.data["remaining"]))
+        check("reserveTokens", res, Asked(job_id=self.job_id, tokens=tokens))
         return Reservation(rid, tokens, _state(res.data))
 
     def settle(self, reservation: Reservation, used: int) -> BudgetState:
         """Give back ``reservation``, charging the ``used`` tokens (once, however often called)."""
-        res = self.runner.run("settleTokens", self.job_id, [self.key], [reservation.id, used])
+        where = keys.script_keys("settleTokens", self.job_id)
+        res = self.runner.run("settleTokens", self.job_id, where, [reservation.id, used])
         return _state(res.data)
 
     def state(self) -> BudgetState:

@@ -70,24 +70,57 @@ class ClientOptions:
         }
 
 
-def connect(url: str, options: ClientOptions | None = None) -> redis.Redis:
+def _translated(exc: Exception) -> ConnectionFailed:
+    return ConnectionFailed(redact(f"Redis unreachable: {exc}"))
+
+
+class _Pipeline(redis.client.Pipeline):
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return super().execute(raise_on_error)
+        except ConnectionFailed:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _translated(exc) from exc
+
+
+class Client(redis.Redis):
+    """A ``redis.Redis`` whose lost connections and timeouts, once its retries are spent,
+    are ``ConnectionFailed``: translated here, once, for every command and pipeline, so
+    a caller catches one exception (a ``StateError``, and a ``redis.ConnectionError`` for
+    code that expects redis-py's)."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)
+        except ConnectionFailed:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _translated(exc) from exc
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _Pipeline:
+        return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def connect(url: str, options: ClientOptions | None = None) -> Client:
     """A client for ``url`` (not yet connected); ConnectionFailed for a malformed URL."""
     try:
         tcp = not url.startswith("unix:")
-        return redis.Redis.from_url(url, **(options or ClientOptions()).kwargs(tcp=tcp))
+        return Client.from_url(url, **(options or ClientOptions()).kwargs(tcp=tcp))
     except ValueError as exc:
         raise ConnectionFailed(redact(f"bad Redis URL {url!r}: {exc}")) from exc
 
 
-def sibling(client: redis.Redis, options: ClientOptions) -> redis.Redis:
+def sibling(client: redis.Redis, options: ClientOptions, *, for_rq: bool = False) -> redis.Redis:
     """A client to the same server with its own connection pool and ``options``.
 
     For a thread that must not share timeouts with the rest of the process:
     the heartbeat (short timeout, its own tick is the retry) and RQ's blocking
-    dequeue (RQ raises the socket timeout of the client it is given).
+    dequeue (RQ raises the socket timeout of the client it is given). ``for_rq``:
+    a plain ``redis.Redis``, raising redis-py's errors, as RQ expects.
     """
     old = client.connection_pool
     tcp = not issubclass(old.connection_class, redis.UnixDomainSocketConnection)
     kwargs = {**old.connection_kwargs, **options.kwargs(tcp=tcp)}
     pool = old.__class__(connection_class=old.connection_class, **kwargs)
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis(connection_pool=pool) if for_rq else Client(connection_pool=pool)

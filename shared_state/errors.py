@@ -10,6 +10,7 @@
     ├── ForeignTarget          an owner's write named a key outside its job's records
     ├── RecordChanged          a guarded owner's write found the field changed since read
     ├── JobFinished            the job has finished (cancelled, failed, succeeded)
+    ├── IdempotencyConflict    a submit's key names a job submitted with other arguments
     ├── NotRetryable           only a failed job can be retried
     ├── NotResumable           a resume the job's state or records do not allow
     ├── NotBlocked             only a blocked task can be approved or rejected
@@ -32,6 +33,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+import redis
+
 
 class StateError(Exception):
     """Root of every error raised by ``shared_state``."""
@@ -45,8 +48,10 @@ def shown(name: str, limit: int = 80) -> str:
     return f"{name[:limit]!r}… ({len(name)} characters)"
 
 
-class ConnectionFailed(StateError):
-    """The Redis server cannot be reached or refused the connection."""
+class ConnectionFailed(StateError, redis.ConnectionError):
+    """The Redis server cannot be reached or refused the connection (or its retries ran
+    out on a timeout). Raised by redfleet's client for every command (``client.Client``):
+    also a ``redis.ConnectionError``, for code written against redis-py."""
 
 
 class NotFound(StateError):
@@ -125,6 +130,19 @@ class JobFinished(StateError):
         super().__init__(f"job {job_id} has already {done.get(status, 'finished')}")
         self.job_id = job_id
         self.status = status
+
+
+class IdempotencyConflict(StateError):
+    """A submit reused an idempotency key with another job than the one the key names."""
+
+    def __init__(self, key: str, job_id: str, differs: list[str]) -> None:
+        super().__init__(
+            f"idempotency key {shown(key)} already names job {job_id}, submitted with another "
+            f"{', '.join(differs)}: a key means one job (use a new key for a new job)"
+        )
+        self.key = key
+        self.job_id = job_id
+        self.differs = differs
 
 
 class NotRetryable(StateError):

@@ -82,7 +82,8 @@ class EventLog:
                 args.extend(item)
         # EVAL with the source, not EVALSHA: the server caches it all the same, and
         # a mirror queued behind another command needs no reload-and-retry path.
-        pipe.eval(SCRIPTS["mirrorEvents"].source, 2, keys.EVENTS, keys.METRICS, *args)
+        where = keys.script_keys("mirrorEvents")
+        pipe.eval(SCRIPTS["mirrorEvents"].source, len(where), *where, *args)
 
     def flush(self) -> None:
         """Write the queued mirror entries now (heartbeats and shutdown call this)."""
@@ -153,6 +154,11 @@ class EventLog:
                 break
             upper = f"({_text(entries[-1][0])}"
         return found[::-1]
+
+    def first(self, job_id: str | None = None) -> Event | None:
+        """The oldest event the stream still holds (None: empty)."""
+        entries = self._client.xrange(self._stream(job_id), count=1)
+        return self._parse(*entries[0], job_id) if entries else None
 
     def scan(self, job_id: str | None, event: str, *, page: int = 1000) -> Iterator[Event]:
         """Every event named ``event`` in the stream, oldest first (the whole stream is read)."""

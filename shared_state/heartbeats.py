@@ -16,9 +16,8 @@ class WorkerRegistry:
 
     def beat(self, worker_id: str, ttl_ms: int, fields: dict[str, Any]) -> None:
         flat = [str(x) for pair in fields.items() for x in pair]
-        self.runner.run(
-            "beatWorker", "", [keys.worker(worker_id), keys.WORKERS], [ttl_ms, worker_id, *flat]
-        )
+        where = keys.script_keys("beatWorker", worker_id=worker_id)
+        self.runner.run("beatWorker", "", where, [ttl_ms, worker_id, *flat])
 
     def remove(self, worker_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)

@@ -10,13 +10,10 @@ import redis
 from . import keys
 from .delivery import Delivery, Envelope
 from .errors import (
-    Code,
     ConnectionFailed,
-    JobFinished,
+    IdempotencyConflict,
     JobNotFound,
     MemoryRefused,
-    NotResumable,
-    NotRetryable,
     SubmitUnconfirmed,
 )
 from .events import DEFAULT_JOB_MAXLEN, EventLog
@@ -24,6 +21,7 @@ from .memory.episodes import record_episode
 from .memory.store import MemoryStore
 from .models import Job, JobSpec, JobStatus, Role
 from .redact import redact
+from .replies import Asked, check
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 from .tasks import new_task_id
 from .workspace import TreeNotFound
@@ -39,6 +37,17 @@ _PRUNE_CHUNK = 1_000  # ids per round trip when pruning the job index
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+# What a repeated submit must repeat for its idempotency key to name the same job.
+_SUBMITTED = ("goal", "scenario", "fanout", "user", "workspace", "check", "approve")
+
+
+def _same_submit(spec: JobSpec, job: Job) -> None:
+    """IdempotencyConflict unless ``spec`` asks for the job its key already names."""
+    differs = [f for f in _SUBMITTED if getattr(spec, f) != getattr(job, f)]
+    if differs:
+        raise IdempotencyConflict(spec.idempotency_key, job.job_id, differs)
 
 
 class JobStore:
@@ -112,9 +121,12 @@ class JobStore:
             prior = None if bound else holder
             if prior is not None:
                 try:
-                    return self.get(prior.decode()).model_copy(update={"existed": True})
+                    existing = self.get(prior.decode())
                 except JobNotFound:
                     job_id = prior.decode()  # that submit never got as far: finish it
+                else:
+                    _same_submit(spec, existing)
+                    return existing.model_copy(update={"existed": True})
         root = new_task_id(Role.PLANNER)
         job = Job(
             job_id=job_id,
@@ -146,14 +158,7 @@ class JobStore:
             res = self.runner.run(
                 "submitJob",
                 job_id,
-                [
-                    keys.job(job_id),
-                    keys.task(job_id, root),
-                    keys.budget(job_id),
-                    keys.tasks(job_id),
-                    keys.queued(job_id),
-                    keys.job_events(job_id),
-                ],
+                keys.script_keys("submitJob", job_id, root_id=root),
                 [
                     root,
                     spec.token_budget,
@@ -167,15 +172,12 @@ class JobStore:
                 found = self.get(job_id)
                 if found.root_task != root:  # another submit with the key wrote it first
                     return found.model_copy(update={"existed": True})
-            if res.code == Code.NOT_CLAIMABLE:
-                if once and self.client.get(once) == job_id.encode():
-                    self.client.delete(once)  # the next submit with the key starts afresh
-                raise SubmitUnconfirmed(
-                    job_id, f"Redis answered after {res.data['late_ms']} ms; nothing was created"
-                )
+            if not res.ok and once and self.client.get(once) == job_id.encode():
+                self.client.delete(once)  # too late, nothing made: the next starts afresh
+            check("submitJob", res, Asked(job_id=job_id))
             self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
             self.events.flush()  # a new job shows in `redfleet logs` at once
-        except (redis.ConnectionError, redis.TimeoutError, ConnectionFailed) as exc:
+        except ConnectionFailed as exc:
             raise SubmitUnconfirmed(job_id, redact(str(exc))) from exc
         return job.model_copy(update={"created_ms": int(res.data["created_ms"])})
 
@@ -260,13 +262,9 @@ class JobStore:
 
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
         self.check(job_id)
-        job_keys = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
-        job_keys += [keys.queued(job_id), keys.tasks(job_id)]
+        job_keys = keys.script_keys("cancelJob", job_id)
         res = self.runner.run("cancelJob", job_id, job_keys, [redact(reason)])
-        if res.code == Code.NOT_FOUND:
-            raise JobNotFound(job_id)
-        if res.code == Code.JOB_FINISHED:
-            raise JobFinished(job_id, res.data["job_status"])
+        check("cancelJob", res, Asked(job_id=job_id))
         self.finalize(job_id)
 
     def retry(self, job_id: str) -> list[str]:
@@ -277,8 +275,6 @@ class JobStore:
         complete (``_reopen``).
         """
         res, task_ids = self._reopen(job_id, "retryJob", "retries", [])
-        if res.code == Code.JOB_FINISHED:
-            raise NotRetryable(job_id, res.data["job_status"])
         requeued = res.data["requeued"].split()
         roles = dict(
             zip(
@@ -312,8 +308,6 @@ class JobStore:
         args = [stage, goal, constraints, criteria_version, int(criteria_changed), features, checks,
                 request]  # fmt: skip
         res, _ = self._reopen(job_id, "resumeJob", "resumes", args)
-        if res.code == Code.JOB_FINISHED:
-            raise NotResumable(job_id, f"it is {res.data['job_status']}: only a finished job")
         root = self.get(job_id).root_task
         self.delivery.send([Envelope(job_id, root, Role.PLANNER)])
         self.events.flush()
@@ -336,8 +330,7 @@ class JobStore:
         self.finalize(job_id)
         round_ = int(self.client.hget(keys.job(job_id), counter) or 0)
         task_ids = sorted(t.decode() for t in self.client.smembers(keys.tasks(job_id)))
-        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
-        fixed += [keys.queued(job_id), keys.tasks(job_id)]
+        fixed = keys.script_keys(script, job_id)
         others = [k for k in keys.job_keys(job_id) if k not in fixed]
         expiring = self.client.zscore(keys.EXPIRING_JOBS, job_id)
         with self.client.pipeline(transaction=False) as pipe:
@@ -350,14 +343,13 @@ class JobStore:
             [*fixed, *others, *(keys.task(job_id, t) for t in task_ids)],
             [len(others), round_, *args],
         )
-        if res.code != Code.OK:
+        if not res.ok:
             if expiring is not None:
                 self.client.zadd(keys.EXPIRING_JOBS, {job_id: expiring})
             if added:  # it was not watched before: a finished job stays retired
                 self.client.srem(keys.ACTIVE_JOBS, job_id)
-        if res.code == Code.NOT_FOUND:
-            raise JobNotFound(job_id)
-        if res.code == Code.OK:
+        check(script, res, Asked(job_id=job_id))
+        if res.ok:
             # Its artifacts kept their own clocks; the job's finish starts them again.
             ids = self.client.zrange(keys.artifacts(job_id), 0, -1)
             with self.client.pipeline(transaction=False) as pipe:
@@ -405,11 +397,12 @@ class JobStore:
 
     def _end_tasks(self, job_id: str, task_ids: list[str]) -> None:
         """End what a failed or cancelled job left queued, waiting, blocked or claimed."""
-        fixed = [keys.job(job_id), keys.job_events(job_id), keys.leases(job_id)]
-        fixed.append(keys.queued(job_id))
         task_keys = [keys.task(job_id, t) for t in task_ids]
         # A retry may have started between the read and here: then the script ends nothing.
-        self.runner.run("endTasks", job_id, [*fixed, *task_keys], [])
+        res = self.runner.run(
+            "endTasks", job_id, [*keys.script_keys("endTasks", job_id), *task_keys], []
+        )
+        check("endTasks", res, Asked(job_id=job_id))
 
     def _episode(self, job_id: str) -> None:
         """The finished job's episode for its user (once per round: its id is the job's)."""

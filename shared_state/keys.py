@@ -240,3 +240,70 @@ def job_keys(job_id: str) -> list[str]:
         workspace(job_id),
         progress(job_id),
     ]
+
+
+# Each script's fixed KEYS, in order, named by what builds them: a function of this module
+# (``task`` the caller's task, ``parent`` and ``root`` another task of its job) or a
+# constant (upper case). Callers take their keys from ``script_keys``, never by position
+# from a shared list; tests/test_state_storage.py pins every list against the KEYS lines
+# of the script's own header, so a change on either side that the other lacks fails there.
+_TASK = ("task", "job", "job_events", "leases", "queued", "tasks")
+_JOB = ("job", "job_events", "leases", "queued", "tasks")
+SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
+    "beatWorker": ("worker", "WORKERS"),
+    "blockTask": _TASK,
+    "cancelJob": _JOB,
+    "claimTask": _TASK,
+    "completeTask": (*_TASK, "parent"),
+    "decideTask": _TASK,
+    "endTasks": _JOB[:4],
+    "failTask": _TASK,
+    "memoryFile": ("memory_prefix",),
+    "memoryForget": ("memory_prefix",),
+    "memoryWrite": ("memory_prefix",),
+    "mirrorEvents": ("EVENTS", "METRICS"),
+    "ownerWrite": _TASK[:5],
+    "reapTask": _TASK,
+    "recordUsage": ("usage", "usage_calls", "job", "job_events"),
+    "redeliverTask": ("task", "job", "job_events", "queued"),
+    "renewLease": _TASK[:4],
+    "reserveTokens": ("budget",),
+    "resumeJob": _JOB,
+    "retryJob": _JOB,
+    "settleTokens": ("budget",),
+    "spawnChildren": (*_TASK, "journal"),
+    "storeArtifact": ("artifact", "artifacts", "job"),
+    "submitJob": ("job", "root", "budget", "tasks", "queued", "job_events"),
+}
+
+
+def script_keys(
+    script: str,
+    job_id: str = "",
+    task_id: str = "",
+    *,
+    parent_id: str = "",
+    root_id: str = "",
+    artifact_id: str = "",
+    worker_id: str = "",
+    tenant: str = "",
+) -> list[str]:
+    """The fixed KEYS of ``script``, in its order (``SCRIPT_KEYS``), for these ids.
+
+    A script's variable keys (a job's task hashes, an owner's write targets)
+    follow them, as its header says.
+    """
+    built = {
+        "task": lambda: task(job_id, task_id),
+        "parent": lambda: task(job_id, parent_id),
+        "root": lambda: task(job_id, root_id),
+        "artifact": lambda: artifact(job_id, artifact_id),
+        "worker": lambda: worker(worker_id),
+        "memory_prefix": lambda: memory_prefix(tenant),
+        "WORKERS": lambda: WORKERS,
+        "EVENTS": lambda: EVENTS,
+        "METRICS": lambda: METRICS,
+    }
+    return [
+        built[name]() if name in built else globals()[name](job_id) for name in SCRIPT_KEYS[script]
+    ]

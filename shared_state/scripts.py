@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .errors import Code, ConnectionFailed
-from .redact import redact
 
 if TYPE_CHECKING:
     from .events import EventLog  # which calls the mirror script from here
@@ -129,15 +128,12 @@ def load(client: redis.Redis, name: str) -> None:
 
 
 def run_plain(client: redis.Redis, name: str, keys: list[str], args: list[Any]) -> ScriptResult:
-    """Call a script that emits no job events (the memory scripts), loading it if needed."""
+    """Call a script that emits no job events (memory, artifacts), loading it if needed."""
     try:
-        try:
-            raw = evalsha(client, name, keys, args)
-        except redis.exceptions.NoScriptError:
-            load(client, name)
-            raw = evalsha(client, name, keys, args)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
+        raw = evalsha(client, name, keys, args)
+    except redis.exceptions.NoScriptError:
+        load(client, name)
+        raw = evalsha(client, name, keys, args)
     return ScriptResult.parse(raw)
 
 
@@ -154,11 +150,7 @@ class Runner:
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
         pending = self.events.take_batch()
-        try:
-            raw = self._call(name, keys, args, pending)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
-        result = ScriptResult.parse(raw)
+        result = ScriptResult.parse(self._call(name, keys, args, pending))
         self.events.defer(job_id, result.events)
         return result
 
@@ -172,10 +164,7 @@ class Runner:
         in its place in the list; a lost connection raises ConnectionFailed.
         """
         pending = self.events.take_batch()
-        try:
-            raws = self._call_many(name, calls, pending)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ConnectionFailed(redact(f"Redis unreachable: {exc}")) from exc
+        raws = self._call_many(name, calls, pending)
         results: list[ScriptResult | redis.ResponseError] = []
         for (job_id, _, _), raw in zip(calls, raws, strict=True):
             if isinstance(raw, redis.ResponseError):
@@ -202,7 +191,7 @@ class Runner:
         """
         try:
             replies = pipe.execute(raise_on_error=False)
-        except (redis.ConnectionError, redis.TimeoutError):
+        except ConnectionFailed:
             self.events.defer_mirrored(pending)
             raise
         if not pending:

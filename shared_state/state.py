@@ -98,9 +98,10 @@ class State:
         client = connect(url, client_options)
         try:
             client.ping()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except ConnectionFailed as exc:
             client.close()
-            raise ConnectionFailed(redact(f"cannot reach Redis at {url}: {exc}")) from exc
+            why = exc.__cause__ or exc  # the client's translation says only "unreachable"
+            raise ConnectionFailed(redact(f"cannot reach Redis at {url}: {why}")) from exc
         except redis.ResponseError as exc:
             client.close()
             raise ConnectionFailed(redact(f"Redis at {url} refused: {exc}")) from exc

@@ -17,18 +17,13 @@ from typing import Any
 from . import keys
 from .delivery import Delivery, Envelope
 from .errors import (
-    Code,
-    Fenced,
-    ForeignTarget,
-    JobFinished,
-    NotBlocked,
-    RecordChanged,
     StateError,
     TaskNotFound,
 )
 from .models import Claim, Job, Role, Task
 from .redact import redact
-from .scripts import Runner, ScriptResult, server_ms, to_ms
+from .replies import ABSENT, Asked, check
+from .scripts import Runner, server_ms, to_ms
 
 
 def new_task_id(role: Role) -> str:
@@ -71,21 +66,6 @@ def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
-ABSENT = "\0"  # a guard's value for a field that must not exist (see ownerWrite)
-
-
-def _task_keys(job_id: str, task_id: str) -> list[str]:
-    """The KEYS every task script starts with, in this order."""
-    return [
-        keys.task(job_id, task_id),
-        keys.job(job_id),
-        keys.job_events(job_id),
-        keys.leases(job_id),
-        keys.queued(job_id),
-        keys.tasks(job_id),
-    ]
-
-
 def _task_from(fields: dict[str, Any]) -> Task:
     return Task.model_validate(fields)
 
@@ -113,10 +93,10 @@ class TaskStore:
         """
         job = self._jobs.get(job_id)
         args = [worker, lease_ms, "" if job else "1"]
-        res = self.runner.run("claimTask", job_id, _task_keys(job_id, task_id), args)
-        if res.code == Code.NOT_FOUND:
-            raise TaskNotFound(task_id)
-        if res.code in (Code.NOT_CLAIMABLE, Code.JOB_FINISHED):
+        res = self.runner.run(
+            "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args
+        )
+        if not check("claimTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             return None
         task = _task_from(res.data["task"])
         if job is not None and job.resumes != int(res.data["resumes"]):
@@ -147,10 +127,10 @@ class TaskStore:
         res = self.runner.run(
             "renewLease",
             claim.job_id,
-            _task_keys(claim.job_id, claim.task_id)[:4],
+            keys.script_keys("renewLease", claim.job_id, claim.task_id),
             [claim.token, lease_ms, claim.owner],
         )
-        self._check(res, claim)
+        check("renewLease", res, Asked.owner(claim))
         return int(res.data["lease_until"])
 
     def renew_many(self, claims: Sequence[Claim], lease_ms: int) -> list[int | StateError]:
@@ -160,7 +140,11 @@ class TaskStore:
         is that claim's alone; a lost connection raises ConnectionFailed.
         """
         calls = [
-            (c.job_id, _task_keys(c.job_id, c.task_id)[:4], [c.token, lease_ms, c.owner])
+            (
+                c.job_id,
+                keys.script_keys("renewLease", c.job_id, c.task_id),
+                [c.token, lease_ms, c.owner],
+            )
             for c in claims
         ]
         outcomes: list[int | StateError] = []
@@ -169,7 +153,7 @@ class TaskStore:
                 outcomes.append(StateError(f"renewing task {claim.task_id}: {res}"))
                 continue
             try:
-                self._check(res, claim)
+                check("renewLease", res, Asked.owner(claim))
             except StateError as exc:
                 outcomes.append(exc)
                 continue
@@ -177,14 +161,16 @@ class TaskStore:
         return outcomes
 
     def complete(self, claim: Claim, parent_id: str, result: str = "") -> Completion:
-        parent_key = keys.task(claim.job_id, parent_id or claim.task_id)  # unused for a root
         res = self.runner.run(
             "completeTask",
             claim.job_id,
-            [*_task_keys(claim.job_id, claim.task_id), parent_key],
+            # A root task has no parent: its own key stands in (the script ignores it).
+            keys.script_keys(
+                "completeTask", claim.job_id, claim.task_id, parent_id=parent_id or claim.task_id
+            ),
             [claim.token, claim.owner, result],
         )
-        self._check(res, claim)
+        check("completeTask", res, Asked.owner(claim))
         # Integers on the first reply, strings when a retry is answered from the record.
         done = Completion(res.data["parent_requeued"], int(res.data["job_finished"]) == 1)
         if done.parent_requeued:
@@ -197,11 +183,11 @@ class TaskStore:
         res = self.runner.run(
             "failTask",
             claim.job_id,
-            _task_keys(claim.job_id, claim.task_id),
+            keys.script_keys("failTask", claim.job_id, claim.task_id),
             # Masked where it enters: a reason quotes errors, and an error may quote a key.
             [claim.token, claim.owner, redact(reason), int(retryable)],
         )
-        self._check(res, claim)
+        check("failTask", res, Asked.owner(claim))
         outcome = res.data["outcome"]
         if outcome == "requeued":
             self.delivery.send([Envelope(claim.job_id, claim.task_id, claim.role)])
@@ -230,13 +216,12 @@ class TaskStore:
             "spawnChildren",
             claim.job_id,
             [
-                *_task_keys(claim.job_id, claim.task_id),
-                keys.journal(claim.job_id),
+                *keys.script_keys("spawnChildren", claim.job_id, claim.task_id),
                 *(keys.task(claim.job_id, i) for i in ids),
             ],
             [claim.token, claim.owner, stage, *journal, *child_args],
         )
-        self._check(res, claim)
+        check("spawnChildren", res, Asked.owner(claim))
         self.delivery.send(
             Envelope(claim.job_id, i, c.role) for i, c in zip(ids, children, strict=True)
         )
@@ -264,33 +249,14 @@ class TaskStore:
         res = self.runner.run(
             "ownerWrite",
             claim.job_id,
-            [*_task_keys(claim.job_id, claim.task_id)[:5], *targets],
+            [*keys.script_keys("ownerWrite", claim.job_id, claim.task_id), *targets],
             [claim.token, claim.owner, len(guards), *args],
         )
-        if res.code == Code.CHANGED:
-            current = res.data["current"]
-            raise RecordChanged(
-                claim.task_id, res.data["field"], None if current == ABSENT else current
-            )
-        self._check(res, claim)
+        check("ownerWrite", res, Asked.owner(claim))
 
     def children(self, job_id: str, parent_id: str, wave: str) -> list[Task]:
         """The tasks ``parent_id`` spawned for the stage ``wave``, in creation order."""
         return [t for t in self.list(job_id) if t.parent_id == parent_id and t.wave == wave]
-
-    @staticmethod
-    def _check(res: ScriptResult, claim: Claim) -> None:
-        if res.code == Code.OK:
-            return
-        if res.code == Code.FENCED:
-            raise Fenced(claim.task_id, claim.token, res.data, claim.owner)
-        if res.code == Code.JOB_FINISHED:
-            raise JobFinished(claim.job_id, res.data.get("job_status", "finished"))
-        if res.code == Code.NOT_FOUND:
-            raise TaskNotFound(claim.task_id)
-        if res.code == Code.FOREIGN_TARGET:
-            raise ForeignTarget(claim.task_id, res.data["key"])
-        raise StateError(f"unexpected script code {res.code} for task {claim.task_id}")
 
     def block(self, claim: Claim, question: str, *, approval_for: str, stage: str) -> None:
         """Park the task for a person; it resumes at ``stage`` once approved.
@@ -302,10 +268,10 @@ class TaskStore:
         res = self.runner.run(
             "blockTask",
             claim.job_id,
-            _task_keys(claim.job_id, claim.task_id),
+            keys.script_keys("blockTask", claim.job_id, claim.task_id),
             [claim.token, claim.owner, redact(question), approval_for, stage],
         )
-        self._check(res, claim)
+        check("blockTask", res, Asked.owner(claim))
 
     # -- a person's decisions ----------------------------------------------------
 
@@ -314,15 +280,10 @@ class TaskStore:
         res = self.runner.run(
             "decideTask",
             job_id,
-            _task_keys(job_id, task_id),
+            keys.script_keys("decideTask", job_id, task_id),
             ["approve" if approve else "reject", redact(note), by, secrets.token_hex(8)],
         )
-        if res.code == Code.NOT_FOUND:
-            raise TaskNotFound(task_id)
-        if res.code == Code.JOB_FINISHED:
-            raise JobFinished(job_id, res.data["job_status"])
-        if res.code == Code.NOT_CLAIMABLE:
-            raise NotBlocked(task_id, res.data["status"])
+        check("decideTask", res, Asked(job_id=job_id, task_id=task_id))
         if approve:
             self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
 
@@ -330,8 +291,8 @@ class TaskStore:
 
     def reap(self, job_id: str, task_id: str) -> str | None:
         """End an expired attempt; returns 'requeued', 'dead', or None if the lease is live."""
-        res = self.runner.run("reapTask", job_id, _task_keys(job_id, task_id), [])
-        if not res.ok:
+        res = self.runner.run("reapTask", job_id, keys.script_keys("reapTask", job_id, task_id), [])
+        if not check("reapTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             return None
         if res.data["outcome"] == "requeued":
             self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
@@ -339,11 +300,9 @@ class TaskStore:
 
     def redeliver(self, job_id: str, task_id: str, grace_ms: int, reason: str) -> bool:
         """Send a new envelope for a queued task whose delivery was lost."""
-        task_keys = _task_keys(job_id, task_id)
-        res = self.runner.run(
-            "redeliverTask", job_id, [*task_keys[:3], task_keys[4]], [grace_ms, reason]
-        )
-        if res.ok:
+        task_keys = keys.script_keys("redeliverTask", job_id, task_id)
+        res = self.runner.run("redeliverTask", job_id, task_keys, [grace_ms, reason])
+        if check("redeliverTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
         return res.ok
 

@@ -58,13 +58,8 @@ class JobUsage:
         call_id = secrets.token_hex(8)
         args = [call_id, input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6)]
         args += [int(compaction), *(x for pair in (event or {}).items() for x in pair)]
-        usage_keys = [
-            self.key,
-            keys.usage_calls(self.job_id),
-            keys.job(self.job_id),
-            keys.job_events(self.job_id),
-        ]
-        res = self.runner.run("recordUsage", self.job_id, usage_keys, args)
+        where = keys.script_keys("recordUsage", self.job_id)
+        res = self.runner.run("recordUsage", self.job_id, where, args)
         return Usage.from_hash(res.data["usage"])
 
     def get(self) -> Usage:

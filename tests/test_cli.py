@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -222,3 +223,38 @@ def test_a_burst_worker_with_nothing_queued_exits_cleanly(state: State, redis_ur
     )
     assert len(started) == len(stopped) == 1
     assert state.workers.list() == []
+
+
+def test_logs_say_what_they_leave_out_before_their_first_line(state: State, redis_url) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    for n in range(5):
+        state.events.append("note.test", {"n": n}, job_id=job.job_id)
+    whole = run("logs", job.job_id, url=redis_url)
+    assert whole.returncode == 0 and whole.stderr == ""  # it starts at job.submitted
+    tail = run("logs", job.job_id, "--last", "2", url=redis_url)
+    assert "earlier events are not shown (--last N" in tail.stderr
+    # A capped stream that trimmed the job's first events says so, and from when.
+    state.client.xtrim(keys.job_events(job.job_id), maxlen=3, approximate=False)
+    trimmed = run("logs", job.job_id, url=redis_url)
+    assert "the job's first events are gone" in trimmed.stderr
+    assert "REDFLEET_JOB_STREAM_MAXLEN" in trimmed.stderr
+
+
+def test_a_huge_id_is_not_echoed_back_whole(state: State, redis_url) -> None:
+    huge = "j-" + "x" * 50_000
+    for command in (("status", huge), ("logs", huge), ("show", "a-" + "y" * 50_000)):
+        proc = run(*command, url=redis_url)
+        assert_one_line_error(proc, "(50002 characters)")
+        assert len(proc.stderr) < 400
+
+
+def test_a_busy_metrics_port_is_named(state: State, redis_url) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run("up", "--coders", "1", "--metrics-port", str(port), url=redis_url)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # after `up`'s banner:
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("redfleet: error: --metrics-port")
+    assert f"127.0.0.1:{port}" in error and "in use" in error

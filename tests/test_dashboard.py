@@ -67,7 +67,7 @@ def test_a_finished_jobs_documents_match_its_status_and_records(
     assert names[0] == "job.submitted" and "job.succeeded" in names
     assert "task.renewed" not in names
     again = web.get(f"/api/jobs/{job.job_id}/events", params={"after": events["last"]}).json()
-    assert again == {"events": [], "last": events["last"]}
+    assert again == {"events": [], "last": events["last"], "more": False}
 
     artifact = web.get(f"/api/jobs/{job.job_id}/artifacts/{status['result']}").json()
     assert artifact["content"] == state.artifacts(job.job_id).text(status["result"])
@@ -250,3 +250,59 @@ def test_a_port_in_use_is_a_one_line_error(redis_url: str) -> None:
         port = taken.getsockname()[1]
         proc = run("dashboard", "--port", str(port), url=redis_url)
     assert_one_line_error(proc, f"--host/--port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_answers_are_capped_and_paged(state: State, web: TestClient, monkeypatch) -> None:
+    from coordinator.dashboard import documents
+
+    job = state.jobs.submit(JobSpec(goal="g"))
+    first = web.get(f"/api/jobs/{job.job_id}/events").json()
+    monkeypatch.setattr(documents, "EVENTS_PER_ANSWER", 1_000)
+    for n in range(2_500):  # a burst between two polls
+        state.events.append("note.test", {"n": n}, job_id=job.job_id)
+    seen, after, polls = [], first["last"], 0
+    while True:
+        page = web.get(f"/api/jobs/{job.job_id}/events", params={"after": after}).json()
+        polls += 1
+        assert len(page["events"]) <= 1_000
+        seen += [int(e["n"]) for e in page["events"]]
+        after = page["last"]
+        if not page["more"]:
+            break
+    assert seen == list(range(2_500)) and polls == 3  # every event once, in order
+
+    monkeypatch.setattr(documents, "CONTENT_CHARS", 1_000)
+    ref = state.artifacts(job.job_id).put("é" * 2_500, kind="log", title="big")
+    url = f"/api/jobs/{job.job_id}/artifacts/{ref.id}"
+    parts, offset = [], 0
+    while offset is not None:
+        doc = web.get(url, params={"offset": offset}).json()
+        assert len(doc["content"]) <= 1_000 and doc["length"] == 2_500
+        parts.append(doc["content"])
+        offset = doc["next"]
+    assert "".join(parts) == "é" * 2_500 and len(parts) == 3
+    assert web.get(url, params={"offset": "-1"}).status_code == 400
+
+
+def test_a_bad_artifact_is_shown_as_such_not_a_failed_poll(state: State, web: TestClient) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    store = state.artifacts(job.job_id)
+    store.put("{not json", kind="features", title="feature list")
+    doc = web.get(f"/api/jobs/{job.job_id}")
+    assert doc.status_code == 200
+    assert doc.json()["features"] == [] and "unreadable" in doc.json()["features_error"]
+    ref = store.put("log", kind="log", title="bytes")
+    state.client.hset(keys.artifact(job.job_id, ref.id), "content", b"ok \xff\xfe end")
+    shown = web.get(f"/api/jobs/{job.job_id}/artifacts/{ref.id}").json()
+    assert shown["content"] == "ok \ufffd\ufffd end" and "not UTF-8" in shown["unreadable"]
+
+
+def test_the_token_redirect_never_leaves_the_site(state: State) -> None:
+    web = TestClient(create_app(state, tokens={"s3cret-t0ken": None}))
+    for path in ("//evil.example/", "///evil.example/x", "/\\evil.example/"):
+        url = f"http://testserver{path}?token=s3cret-t0ken"  # the path as sent, not a host
+        web.cookies.clear()  # each time through the gate, not past it with the cookie
+        given = web.get(url, follow_redirects=False)
+        assert given.status_code == 303, path
+        location = given.headers["location"]
+        assert location.startswith("/") and not location.startswith(("//", "/\\")), location

@@ -21,6 +21,7 @@ from coordinator import Client
 from coordinator.dashboard import bind, create_app, server
 from shared_state import Scenario, State, keys
 
+from .conftest import events_named, wait_for
 from .test_dashboard import HOSTILE
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -126,4 +127,37 @@ def test_a_hostile_goal_is_text_on_every_page(
     expect(page.locator("#heading")).to_have_text(HOSTILE)
     expect(page.locator('#events li[data-event="job.submitted"]')).to_contain_text(HOSTILE)
     assert page.locator("img").count() == 0
+    assert problems == []
+
+
+def test_a_gated_call_is_approved_with_the_pages_button(
+    state: State, start_fleet, dashboard: str, chromium: Browser
+) -> None:
+    start_fleet(planners=1, coders=1, reviewers=1, lease_ms=3_000)
+    client = Client(state)
+    job_id = client.submit(DEMO_GOAL, fanout=1, approve=("write_file",))
+    page = chromium.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on(
+        "response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    )
+    page.goto(f"{dashboard}/jobs/{job_id}")
+    button = page.locator("#tree .decision button.approve").first
+    expect(button).to_be_visible(timeout=LIVE_MS)
+    asked = page.locator("#tree .error").filter(has_text="may I call write_file")
+    expect(asked.first).to_be_visible()
+    button.click()
+    expect(page.locator("#live")).to_contain_text("approved", timeout=10_000)
+    (decided,) = events_named(state, job_id, "task.approved")
+
+    def approved_to_the_end() -> object:  # the rest of its writes through the API
+        for task in state.tasks.list(job_id):
+            if task.status.value == "blocked":
+                client.approve(job_id, task.task_id)
+        return (job := state.jobs.get(job_id)).status.finished and job
+
+    job = wait_for(approved_to_the_end, LIVE_MS / 1000, "the job to end")
+    assert job.status.value == "succeeded", job.reason
+    assert decided.model_extra["by"] == "dashboard:operator"  # who decided, on the record
     assert problems == []

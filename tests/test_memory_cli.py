@@ -105,3 +105,26 @@ def test_submit_memory_file_stores_the_tenants_project_memory(
     big = tmp_path / "big.md"
     big.write_text("x" * 100_001)
     assert_one_line_error(run("submit", "g", "--memory-file", str(big), url=redis_url), "over")
+
+
+def test_memory_show_file_reads_the_project_memory_a_job_was_given(
+    state: State, redis_url: str, tmp_path
+) -> None:
+    doc = tmp_path / "AGENTS.md"
+    doc.write_text("# Project rules\n- tests with pytest\n- \x1b[2Jno escapes\n")
+    run("submit", "g", "--scenario", "noop", "--tenant", "acme", "--memory-file", str(doc),
+        url=redis_url)  # fmt: skip
+    path = "/memories/project/AGENTS.md"
+    shown = run("memory", "show", "--file", path, "--tenant", "acme", url=redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == "# Project rules\n- tests with pytest\n- no escapes\n"
+    exact = json.loads(
+        run("memory", "show", "--file", path, "--tenant", "acme", "--json", url=redis_url).stdout
+    )
+    assert exact["content"] == doc.read_text() and len(exact["sha256"]) == 64
+    listing = ("memory", "show", "--file", "/memories/project", "--tenant", "acme", "--json")
+    folder = json.loads(run(*listing, url=redis_url).stdout)
+    assert folder["files"] == [{"path": path, "bytes": len(doc.read_bytes())}]
+    other = run("memory", "show", "--file", path, "--tenant", "globex", url=redis_url)
+    assert_one_line_error(other, "AGENTS.md")
+    assert_one_line_error(run("memory", "show", url=redis_url), "ITEM_ID or --file")

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from coordinator.connection import Embedded
-from shared_state import RedisServer, State, StateError
+from shared_state import ConnectionFailed, RedisServer, State, StateError
 from shared_state.client import ClientOptions, connect
 
 from .conftest import wait_for
@@ -204,3 +204,25 @@ def test_a_killed_parent_leaves_no_redis_server_behind() -> None:
         parent.wait()
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)  # the orphan this test found
+
+
+def test_a_lost_server_is_one_error_for_every_command_and_pipeline() -> None:
+    server = RedisServer().start()
+    state = State.connect(server.url, client_options=ClientOptions(retries=0))
+    state.client.set("k", "v")
+    server.stop()
+    for call in (
+        lambda: state.client.get("k"),
+        lambda: state.client.pipeline(transaction=False).get("k").execute(),
+        lambda: state.client.pipeline(transaction=True).get("k").execute(),
+        lambda: state.jobs.get("j-1"),
+        lambda: state.tasks.claim("j-1", "c-1", "w", 1_000),
+    ):
+        with pytest.raises(ConnectionFailed) as caught:
+            call()
+        # A StateError to redfleet's callers, still a redis.ConnectionError to redis-py's.
+        assert isinstance(caught.value, StateError) and isinstance(
+            caught.value, redis.ConnectionError
+        )
+        assert "Redis unreachable" in str(caught.value)
+    state.client.close()

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from shared_state import EventLog, JobSpec, State, keys
+from shared_state import EventLog, JobSpec, State, keys, replies
 from shared_state.events import MIRROR_BATCH
 from shared_state.models import Event
 from shared_state.scripts import SCRIPTS, server_ms
@@ -139,9 +139,23 @@ def test_each_script_documents_its_keys_args_and_returns_and_builds_no_keys(name
     source = path.read_text()
     n_keys = int(path.name.removesuffix(".lua").rsplit("-", 1)[1])
     header = source.split("]]", 1)[0]
-    for i in range(1, n_keys + 1):
-        assert f"KEYS[{i}]" in header
+    # The keys callers send (``keys.script_keys``), in order, are the ones the header names.
+    sent = keys.script_keys(
+        name, "job", "<task_id>", parent_id="<parent_id>", root_id="<root_id>",
+        artifact_id="<id>", worker_id="<worker_id>", tenant="tenant",
+    )  # fmt: skip
+    assert len(sent) == n_keys
+    for i, key in enumerate(sent, start=1):
+        line = re.search(rf"^\s*KEYS\[{i}\]\s.*$", header, flags=re.MULTILINE)
+        assert line is not None, f"KEYS[{i}] is not in the header of {name}"
+        named = next(w for w in line.group().split() if w.startswith("rf:"))
+        assert named == key, f"{name} KEYS[{i}]: the header says {named}, callers send {key}"
     assert "ARGV" in header and "Returns" in header
+    # Every code the header documents means one thing to its callers (``replies``): an
+    # outcome they handle or one error; and the map holds no code the script never sends.
+    documented = {int(c) for c in re.findall(r"^\s+(-\d)\s", header, flags=re.MULTILINE)}
+    mapped = {int(c) for c in [*replies.ERRORS.get(name, {}), *replies.OUTCOMES.get(name, ())]}
+    assert documented == mapped, f"{name}: the header documents {documented}, the map {mapped}"
     code = re.sub(r"--\[\[.*?\]\]|--[^\n]*", "", SCRIPTS[name].source, flags=re.DOTALL)
     assert "rf:" not in code, "a script must receive every key in KEYS"
 

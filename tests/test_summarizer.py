@@ -13,6 +13,7 @@ from coordinator.settings import Settings
 from shared_state import JobSpec, State
 from workers.context import ContextRequest, Message, RollingSummary, ToolCall, WorkingState
 from workers.llm import ModelSummarizer, ProviderChoice, ProviderName, ScriptedSummaryModel
+from workers.outcomes import settle
 from workers.roles.subagent import Subagent
 from workers.summary import Summary
 
@@ -89,7 +90,7 @@ def test_an_answer_over_its_cap_is_condensed_by_the_summary_model_as_a_compactio
     state: State, tmp_path: Path
 ) -> None:
     agent, job_id = scripted_subagent(state, tmp_path, "cheap-summaries")
-    agent.perform()
+    settle(agent.run, agent.perform())
     summary = summary_of(agent)
     assert summary.condensed and summary.text.startswith("Finding 0: case 0 fails.")
     assert summary.tokens <= summary.cap
@@ -103,7 +104,7 @@ def test_without_a_summary_model_no_model_is_called_and_the_answer_is_cut(
     state: State, tmp_path: Path
 ) -> None:
     agent, job_id = scripted_subagent(state, tmp_path, "")
-    agent.perform()
+    settle(agent.run, agent.perform())
     summary = summary_of(agent)
     assert not summary.condensed and summary.full_text in summary.text  # cut, with its ref
     usage = state.usage(job_id).get()

@@ -43,7 +43,6 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import structlog
 
 from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore
@@ -185,7 +184,7 @@ class Heartbeat(threading.Thread):
             self._renew_all()
             self.beat()
             self.flush()
-        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
+        except ConnectionFailed as exc:
             if self._reachable:
                 log.warning("heartbeat.redis_unreachable", worker=self.worker_id, error=str(exc))
             self._reachable = False
@@ -244,7 +243,7 @@ class Heartbeat(threading.Thread):
         events.queue_mirror(pipe, pending)
         try:
             pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
+        except ConnectionFailed:
             events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
             raise
 

@@ -66,6 +66,7 @@ from .fair_share import FairShare
 from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
 from .lease import Lease
 from .llm import ProviderChoice
+from .outcomes import Failed, settle
 from .task_run import TaskRun
 
 log = structlog.get_logger("redfleet.worker")
@@ -177,21 +178,20 @@ class WorkerRuntime:
         lease.hold(claimed.claim, sent_at)
         run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, lease)
         try:
-            if claimed.job.scenario is Scenario.AGENTS:
-                roles.run(run, self.provider, self.worker_id)
-            else:
-                scenarios.run(run)
+            try:
+                if claimed.job.scenario is Scenario.AGENTS:
+                    outcome = roles.run(run, self.provider, self.worker_id)
+                else:
+                    outcome = scenarios.run(run)
+            except (LeaseLost, StateError):
+                raise
+            except Exception as exc:  # a bug or a fault no role expected: tried again
+                log.exception("task.error", job_id=job_id, task_id=task_id)
+                outcome = Failed(f"{type(exc).__name__}: {exc}", retryable=True)
+            settle(run, outcome)
         except (LeaseLost, Fenced, JobFinished) as exc:
             # Someone else owns the task now (or nobody should): write nothing more.
             log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
-        except StateError:
-            raise
-        except Exception as exc:
-            log.exception("task.error", job_id=job_id, task_id=task_id)
-            try:
-                run.fail(f"{type(exc).__name__}: {exc}"[:500])
-            except (LeaseLost, Fenced, JobFinished) as gone:
-                log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(gone))
         finally:
             lease.release()
 

@@ -20,6 +20,7 @@ import signal
 
 from shared_state import Child, Role, Scenario
 
+from .outcomes import Done, HandedOff, Outcome
 from .task_run import TaskRun
 
 SLOW_STEPS = 6
@@ -29,17 +30,18 @@ SLOW_STEP_S = 0.5
 START, REVIEW, REPORT = "", "review", "report"
 
 
-def run(task: TaskRun) -> None:
+def run(task: TaskRun) -> Outcome:
+    """The behaviour's outcome, for ``outcomes.settle`` (a spawn is made here, as a role's
+    tool makes it)."""
     if task.job.scenario is Scenario.SLOW:
         for _ in range(SLOW_STEPS):
             task.work_for(SLOW_STEP_S)
     if task.task.role is Role.PLANNER:
-        _plan(task)
-    else:
-        _work(task)
+        return _plan(task)
+    return _work(task)
 
 
-def _plan(task: TaskRun) -> None:
+def _plan(task: TaskRun) -> Outcome:
     job = task.job
     if task.task.stage == START:
         task.spawn(
@@ -49,14 +51,15 @@ def _plan(task: TaskRun) -> None:
                 for i in range(job.fanout)
             ],
         )
-    elif task.task.stage == REVIEW:
+        return HandedOff()
+    if task.task.stage == REVIEW:
         task.spawn(REPORT, [Child(Role.REVIEWER, f"review: {job.goal}"[:200])])
-    else:
-        task.complete(f"{job.fanout} coder task(s) reviewed")
+        return HandedOff()
+    return Done(f"{job.fanout} coder task(s) reviewed")
 
 
-def _work(task: TaskRun) -> None:
+def _work(task: TaskRun) -> Outcome:
     poisoned = task.task.brief.startswith("coder 1/") and not task.task.retries
     if task.job.scenario is Scenario.CRASH and poisoned:
         os.kill(os.getpid(), signal.SIGKILL)
-    task.complete(f"{task.task.role.value} done")
+    return Done(f"{task.task.role.value} done")

@@ -217,7 +217,7 @@ def _await_redis(probe: redis.Redis, stop: threading.Event, pause: float) -> boo
 
 def slot_client(client: redis.Redis, name: str) -> redis.Redis:
     """The slot's own client, its connections named after the slot (for ``unblock``)."""
-    return sibling(client, RQ_CLIENT.with_(client_name=name))
+    return sibling(client, RQ_CLIENT.with_(client_name=name), for_rq=True)
 
 
 def unblock(client: redis.Redis, worker_id: str) -> int:

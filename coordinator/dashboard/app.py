@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -83,8 +82,8 @@ def _json(build: Callable[[Request], Any]) -> Callable[[Request], Response]:
             return JSONResponse(build(request), headers={"cache-control": "no-store"})
         except NotFound as exc:
             return _error(str(exc), 404)
-        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
-            return _error(f"Redis does not answer: {type(exc).__name__}", 503)
+        except ConnectionFailed:
+            return _error("Redis does not answer", 503)
 
     return endpoint
 
@@ -127,6 +126,13 @@ def _limit(request: Request) -> int:
     given = request.query_params.get("limit", "50")
     if not given.isdigit() or not 1 <= int(given) <= MAX_JOBS:
         raise HTTPException(400, f"limit: a number from 1 to {MAX_JOBS}, not {given!r}")
+    return int(given)
+
+
+def _offset(request: Request) -> int:
+    given = request.query_params.get("offset", "0")
+    if not given.isdigit():
+        raise HTTPException(400, f"offset: a number of characters from 0, not {given!r}")
     return int(given)
 
 
@@ -199,19 +205,21 @@ def create_app(
         if verdict not in ("approve", "reject"):
             return _error(f"{verdict!r}: approve or reject", 404)
         client = Client(scoped(request))
+        # Who decided, as the records keep it: the dashboard, and whose token it was.
+        by = f"dashboard:{getattr(request.state, 'tenant', None) or tenant or 'operator'}"
         try:
             if verdict == "approve":
-                await run_in_threadpool(client.approve, job_id, task_id, note=note)
+                await run_in_threadpool(client.approve, job_id, task_id, note=note, by=by)
             else:
-                await run_in_threadpool(client.reject, job_id, task_id, note=note)
+                await run_in_threadpool(client.reject, job_id, task_id, note=note, by=by)
         except NotFound as exc:
             return _error(str(exc), 404)
         except (NotBlocked, JobFinished) as exc:
             return _error(str(exc), 409)
         except CoordinatorError as exc:  # a rejection without a note
             return _error(str(exc), 400)
-        except (ConnectionFailed, redis.ConnectionError, redis.TimeoutError) as exc:
-            return _error(f"Redis does not answer: {type(exc).__name__}", 503)
+        except ConnectionFailed:
+            return _error("Redis does not answer", 503)
         decided = "approved" if verdict == "approve" else "rejected"
         return JSONResponse({"job_id": job_id, "task_id": task_id, "decision": decided})
 
@@ -245,7 +253,9 @@ def create_app(
         Route(
             "/api/jobs/{job_id}/artifacts/{artifact_id}",
             _json(
-                lambda r: documents.artifact(scoped(r), path(r, "job_id"), path(r, "artifact_id"))
+                lambda r: documents.artifact(
+                    scoped(r), path(r, "job_id"), path(r, "artifact_id"), _offset(r)
+                )
             ),
         ),
         Route("/api/workers", _json(lambda r: documents.workers(scoped(r)))),

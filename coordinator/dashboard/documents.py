@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared_state import JobStatus, State, Task
+from pydantic import ValidationError
+
+from shared_state import ArtifactNotFound, JobStatus, State, Task
 from shared_state.scripts import server_ms
 from workers.roles.features import FeatureList, VerdictList
 
@@ -19,6 +21,9 @@ from .. import views
 from ..api import RENEWED, Client
 
 INITIAL_EVENTS = 200  # a job page starts with the last events; later polls ask for the rest
+EVENTS_PER_ANSWER = 1_000  # a poll's events at most: ``more`` says the next poll has others
+ARTIFACTS_LISTED = 500  # a job's newest artifacts, listed with its document
+CONTENT_CHARS = 200_000  # an artifact's content per answer (``offset`` pages through it)
 
 
 def jobs(state: State, *, status: JobStatus | None, limit: int) -> dict[str, Any]:
@@ -79,13 +84,26 @@ def job(state: State, job_id: str) -> dict[str, Any]:
         row["kind"] = kind_of(task, tasks)
         row["lease_remaining_ms"] = task.lease_until - now if task.status == "claimed" else None
     doc.update(created_ms=record.created_ms, finished_ms=record.finished_ms, now_ms=now)
-    doc["features"] = features(state, job_id)
-    doc["artifacts"] = [ref.model_dump(mode="json") for ref in state.artifacts(job_id).list()]
+    try:
+        doc["features"], doc["features_error"] = features(state, job_id), None
+    except (ValidationError, ArtifactNotFound, UnicodeDecodeError) as exc:
+        # Shown as what it is, on the page, rather than a failed poll every second.
+        doc["features"], doc["features_error"] = [], f"unreadable: {_first_line(exc)}"
+    refs = state.artifacts(job_id).list()
+    doc["artifacts"] = [ref.model_dump(mode="json") for ref in refs[-ARTIFACTS_LISTED:]]
+    doc["artifacts_total"] = len(refs)
     return doc
 
 
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
 def features(state: State, job_id: str) -> list[dict[str, Any]]:
-    """The latest feature list, each feature with the latest verdict's note on it."""
+    """The latest feature list, each feature with the latest verdict's note on it.
+
+    A list or verdict that does not validate raises (``job`` shows the error).
+    """
     store = state.artifacts(job_id)
     listed = store.latest("features")
     if listed is None:
@@ -107,29 +125,49 @@ def features(state: State, job_id: str) -> list[dict[str, Any]]:
 
 
 def events(state: State, job_id: str, after: str | None) -> dict[str, Any]:
-    """The job's events after stream id ``after`` (None: the last ones), renewals left out.
+    """The job's events after stream id ``after`` (None: the last ones), renewals left out,
+    at most ``EVENTS_PER_ANSWER`` read.
 
     ``last`` is the id to ask after next time, renewals included, so that a
-    poll never reads the same entries again.
+    poll never reads the same entries again; ``more`` says entries after it
+    were already there (the next poll gets them).
     """
     state.jobs.get(job_id)  # an unknown job is a 404, not an empty stream
+    more = False
     if after is None:
         found = state.events.read(job_id, last=INITIAL_EVENTS, hide=frozenset({RENEWED}))
         tail = state.events.read(job_id, last=1)
         last = tail[-1].id if tail else "0-0"
     else:
-        found, last = [], after
+        found, last, read = [], after, 0
         while batch := state.events.read_after(job_id, last):
-            last = batch[-1].id
+            last, read = batch[-1].id, read + len(batch)
             found += [e for e in batch if e.event != RENEWED]
-    return {"events": [e.to_json_dict() for e in found], "last": last}
+            if read >= EVENTS_PER_ANSWER:
+                more = True
+                break
+    return {"events": [e.to_json_dict() for e in found], "last": last, "more": more}
 
 
-def artifact(state: State, job_id: str, artifact_id: str) -> dict[str, Any]:
-    state.jobs.get(job_id)
+def artifact(state: State, job_id: str, artifact_id: str, offset: int = 0) -> dict[str, Any]:
+    """An artifact's handle and up to ``CONTENT_CHARS`` characters of its content from
+    ``offset``: ``length`` is all of it, ``next`` the offset to ask for the rest (None: no
+    more). Content that is not UTF-8 is shown with replacement characters, and said so."""
     store = state.artifacts(job_id)
     ref = store.get(artifact_id)
-    return {**ref.model_dump(mode="json"), "job_id": job_id, "content": store.text(artifact_id)}
+    raw = store.content(artifact_id)
+    text = raw.decode(errors="replace")
+    part = text[offset : offset + CONTENT_CHARS]
+    end = offset + len(part)
+    return {
+        **ref.model_dump(mode="json"),
+        "job_id": job_id,
+        "content": part,
+        "offset": offset,
+        "length": len(text),
+        "next": end if end < len(text) else None,
+        "unreadable": None if text.encode() == raw else "not UTF-8: shown with \ufffd",
+    }
 
 
 def workers(state: State) -> dict[str, Any]:

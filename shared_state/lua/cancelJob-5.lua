@@ -1,9 +1,9 @@
 --[[
   cancelJob: stop a job that has not finished.
 
-  Owners learn it at their next renew or write (code -4) and stop; queued
-  tasks are marked cancelled when a worker next picks them up. The job's
-  keys start their retention clock.
+  Its tasks are ended by the job-finished hook right after (endTasks: every
+  open task cancelled; an owner learns it at its next renewal or write, code
+  -4, and stops). The job's keys start their retention clock.
 
   KEYS[1] job hash         rf:{job}:job
   KEYS[2] job event stream rf:{job}:events

@@ -23,6 +23,7 @@
      1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished)
     -1  no such task
     -3  fenced (event task.fenced)
+    -4  its job ended while it ran (endTasks cancelled it); data = job_status
     error  a key in KEYS belongs to another job
 
   Events: task.failed, then task.requeued or task.dead (+ job.failed).

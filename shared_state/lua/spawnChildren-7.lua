@@ -10,7 +10,7 @@
   the spawn is a journaled tool call, its journal entry is written here too,
   so the spawn and the record of it are one atomic step.
 
-  KEYS[1] parent task hash rf:{job}:task:<parent_id>
+  KEYS[1] task hash        rf:{job}:task:<task_id> (the spawning task, the parent)
   KEYS[2] job hash         rf:{job}:job
   KEYS[3] job event stream rf:{job}:events
   KEYS[4] lease index      rf:{job}:leases

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import redis
 
 from .. import keys
-from ..errors import Code, FileChanged, MemoryNotFound, MemoryRefused, SecretInMemory
+from ..errors import FileChanged, MemoryNotFound, MemoryRefused, SecretInMemory
 from ..redact import looks_secret
-from ..scripts import run_plain
+from ..replies import Asked, check
+from ..scripts import ScriptResult, run_plain
 from .items import MemoryContext, Scope, ScopeKind
 
 ROOT = "/memories"
@@ -245,9 +246,7 @@ class MemoryFiles:
             raise MemoryRefused(f"{old} -> {new}: a file is renamed within its directory tree")
         expected = "*" if expected_sha256 is None else expected_sha256
         res = self._run(ctx, "rename", source, expected, target.relative, "")
-        if res.code == Code.NOT_CLAIMABLE and res.data["current"] == "target exists":
-            raise MemoryRefused(f"{target.shown} exists already")
-        self._settle(res, source, expected)
+        check("memoryFile", res, Asked(path=source.shown, expected=expected, target=target.shown))
         return FileVersion(target.shown, res.data["sha256"], int(res.data["version"]))
 
     # --------------------------------------------------------------- plumbing
@@ -269,16 +268,13 @@ class MemoryFiles:
         return run_plain(
             self.client,
             "memoryFile",
-            [keys.memory_prefix(ctx.tenant)],
+            keys.script_keys("memoryFile", tenant=ctx.tenant),
             [op, str(where.scope), where.relative, expected, arg, digest, ctx.actor or "?",
              VERSIONS_KEPT, ctx.job],
         )  # fmt: skip
 
-    def _settle(self, res, where: MemoryPath, expected: str) -> None:
-        if res.code == Code.NOT_FOUND:
-            raise MemoryNotFound(where.shown)
-        if res.code == Code.NOT_CLAIMABLE:
-            raise FileChanged(where.shown, expected, res.data["current"])
+    def _settle(self, res: ScriptResult, where: MemoryPath, expected: str) -> None:
+        check("memoryFile", res, Asked(path=where.shown, expected=expected))
 
     def _read_expected(
         self, ctx: MemoryContext, path: str, expected: str | None

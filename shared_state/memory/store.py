@@ -27,14 +27,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import keys
 from ..errors import (
-    Code,
-    Forgotten,
     MemoryNotFound,
     MemoryRefused,
     PromotionRefused,
     SecretInMemory,
 )
 from ..redact import looks_secret
+from ..replies import Asked, check
 from ..scripts import run_plain
 from .items import (
     AUTHORITY,
@@ -204,7 +203,7 @@ class MemoryStore:
         res = run_plain(
             self.client,
             "memoryWrite",
-            [keys.memory_prefix(ctx.tenant)],
+            keys.script_keys("memoryWrite", tenant=ctx.tenant),
             [
                 item_id,
                 str(claim.scope),
@@ -226,11 +225,7 @@ class MemoryStore:
                 *provenance.derived_from,
             ],
         )
-        if res.code == Code.FORGOTTEN:
-            what = res.data["what"]
-            raise Forgotten("this text" if what == "text" else f"item {what}")
-        if res.code == Code.NOT_FOUND:
-            raise MemoryNotFound(res.data["what"])
+        check("memoryWrite", res, Asked())
         self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)
         return self._read(ctx.tenant, res.data["id"])
 
@@ -348,9 +343,9 @@ class MemoryStore:
         if dry_run:
             gone = list(before)
         else:
-            prefix = keys.memory_prefix(tenant)
+            where = keys.script_keys("memoryForget", tenant=tenant)
             args = [self.changes_maxlen, MIN_QUOTE_CHARS, *ids]
-            res = run_plain(self.client, "memoryForget", [prefix], args)
+            res = run_plain(self.client, "memoryForget", where, args)
             gone = res.data["removed"].split()
         report.removed = [
             Removed(i, str(before[i].scope), before[i].key, before[i].kind)
@@ -383,9 +378,9 @@ class MemoryStore:
                 pipe.smembers(keys.memory_job_items(tenant, job_id))
             ids = sorted({i.decode() for members in pipe.execute() for i in members})
             if ids:
-                prefix = keys.memory_prefix(tenant)
+                where = keys.script_keys("memoryForget", tenant=tenant)
                 args = [self.changes_maxlen, 0, *ids]
-                res = run_plain(self.client, "memoryForget", [prefix], args)
+                res = run_plain(self.client, "memoryForget", where, args)
                 removed += len(res.data["removed"].split())
             self._expire_files(tenant, job_ids)
             self.client.delete(*(keys.memory_job_items(tenant, j) for j in job_ids))

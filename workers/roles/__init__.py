@@ -17,6 +17,7 @@ from shared_state import ArtifactNotFound, BudgetExceeded, Role
 
 from ..errors import AuthError, BadRequest, Blocked, ContextError, ModelNotFound, ScenarioExhausted
 from ..llm import ProviderChoice
+from ..outcomes import Asks, Failed, Outcome
 from ..task_run import TaskRun
 from .coder import Coder
 from .planner import Planner
@@ -42,14 +43,15 @@ FINAL = (ArtifactNotFound, BudgetExceeded, ContextError, AuthError, ModelNotFoun
          ScenarioExhausted, pydantic.ValidationError)  # fmt: skip
 
 
-def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> None:
+def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> Outcome:
+    """The run's outcome, for ``outcomes.settle``; an error no retry would fix is a final
+    ``Failed``, any other propagates (the worker makes it a retryable one)."""
     try:
-        agent = _agent(task_run, choice, worker)
-        agent.perform()
+        return _agent(task_run, choice, worker).perform()
     except Blocked as exc:
-        task_run.block(exc.question[:500], approval_for=exc.approval_for)
+        return Asks(exc.question, exc.approval_for)
     except FINAL as exc:
-        task_run.fail(f"{type(exc).__name__}: {exc}"[:500], retryable=False)
+        return Failed(f"{type(exc).__name__}: {exc}")
 
 
 def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:

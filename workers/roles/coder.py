@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..outcomes import Failed, HandedOff, Outcome
 from ..tools import Tool
 from .batch_tools import RESULTS, report_tool
 from .file_tools import file_tools
@@ -35,10 +36,11 @@ class Coder(AgentTask):
             subagent_tool(self, phases, resume_at="resume"),
         ]
 
-    def perform(self) -> None:
+    def perform(self) -> Outcome:
         outcome = self.drive(SYSTEM, self.tools(), PHASE, self.results_message())
         if not outcome.ok:
-            self.run.fail(f"coder {self.name}: {outcome.reason}", retryable=False)
-        elif not outcome.ended_by:  # else it spawned subagents and waits for them
-            state = self.context.state
-            self.finish(outcome.answer, refs=[*state.of_kind("file"), *state.of_kind(RESULTS)])
+            return Failed(f"coder {self.name}: {outcome.reason}")
+        if outcome.ended_by:  # it spawned subagents and waits for them
+            return HandedOff(outcome.ended_by)
+        state = self.context.state
+        return self.finish(outcome.answer, refs=[*state.of_kind("file"), *state.of_kind(RESULTS)])

@@ -27,6 +27,7 @@ from shared_state.memory.files import DECISION_LOG
 from ..context import Message
 from ..errors import ToolRefused
 from ..journal import EffectKind
+from ..outcomes import Done, Failed, HandedOff, Outcome
 from ..run_context import RunContext
 from ..tools import Tool, ToolResult
 from .arguments import Brief
@@ -254,7 +255,7 @@ class Planner(AgentTask):
         )
         return [Message(role="user", content=text)]
 
-    def perform(self) -> None:
+    def perform(self) -> Outcome:
         name, round_ = self.stage
         phase = "plan" if name in ("plan", "plan-resume") else name
         if phase == "report":
@@ -270,19 +271,17 @@ class Planner(AgentTask):
             )
         outcome = self.drive(SYSTEM, self.tools(), phase, opening)
         if not outcome.ok:
-            self.run.fail(f"planner: {outcome.reason}", retryable=False)
-        elif outcome.ended_by:  # it dispatched tasks and waits for them
-            return
-        elif phase != "report":
-            self.run.fail(
+            return Failed(f"planner: {outcome.reason}")
+        if outcome.ended_by:  # it dispatched tasks and waits for them
+            return HandedOff(outcome.ended_by)
+        if phase != "report":
+            return Failed(
                 f"planner answered in its {phase} stage without dispatching: "
-                f"{outcome.answer[:200]!r}",
-                retryable=False,
+                f"{outcome.answer[:200]!r}"
             )
-        else:
-            self._report(outcome.answer, round_)
+        return self._report(outcome.answer, round_)
 
-    def _report(self, answer: str, round_: int) -> None:
+    def _report(self, answer: str, round_: int) -> Outcome:
         features = self.feature_list()
         verdict = self.context.state.refs.get("verdict")
         report = {
@@ -306,14 +305,12 @@ class Planner(AgentTask):
         )
         if failing:
             ids = ", ".join(f.id for f in failing)
-            self.run.fail(
+            return Failed(
                 f"{len(failing)} of {len(features.features)} features fail after {round_} "
-                f"review round(s): {ids}; report {ref.id}",
-                retryable=False,
+                f"review round(s): {ids}; report {ref.id}"
             )
-        else:
-            self._leave_memory(features, verdict)
-            self.run.complete(ref.id)
+        self._leave_memory(features, verdict)
+        return Done(ref.id)
 
     def _leave_memory(self, features: FeatureList, verdict: ArtifactRef | None) -> None:
         """What the next jobs of the tenant should know, written as the job succeeds.

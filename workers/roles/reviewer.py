@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from shared_state import Trust
 
 from ..errors import ToolRefused
+from ..outcomes import Failed, HandedOff, Outcome
 from ..run_context import RunContext
 from ..sandbox import CheckRun, run_command, run_pytest
 from ..tools import Tool, ToolResult
@@ -174,18 +175,16 @@ class Reviewer(AgentTask):
         ctx.keep(ref, name="verdict")
         return ToolResult(content=f"verdicts recorded: {ref.handle()}", refs=(ref,), ends_run=True)
 
-    def perform(self) -> None:
+    def perform(self) -> Outcome:
         outcome = self.drive(SYSTEM, self.tools(), PHASE, self.results_message())
         if not outcome.ok:
-            self.run.fail(f"reviewer: {outcome.reason}", retryable=False)
-            return
+            return Failed(f"reviewer: {outcome.reason}")
         if outcome.ended_by == "spawn_subagents":
-            return
+            return HandedOff(outcome.ended_by)
         state = self.context.state
         verdict_ref = state.refs.get("verdict")
         if verdict_ref is None:
-            self.run.fail("reviewer answered without submitting verdicts", retryable=False)
-            return
+            return Failed("reviewer answered without submitting verdicts")
         verdict = VerdictList.model_validate_json(self.artifacts.text(verdict_ref.id))
         text = "; ".join(
             f"{v.feature_id} {'passes' if v.passes else 'fails'}"
@@ -193,4 +192,6 @@ class Reviewer(AgentTask):
             for v in verdict.verdicts
         )
         # The per-item checks go back too: the planner's code marks the items from them.
-        self.finish(text, refs=[verdict_ref, *state.of_kind("log"), *state.of_kind(ITEM_CHECKS)])
+        return self.finish(
+            text, refs=[verdict_ref, *state.of_kind("log"), *state.of_kind(ITEM_CHECKS)]
+        )

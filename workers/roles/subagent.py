@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ..outcomes import Failed, Outcome
 from ..run_context import RunContext
 from ..tools import Tool, ToolResult
 from .reader_tools import reader_tools
@@ -45,9 +46,8 @@ class Subagent(AgentTask):
         ref = ctx.store(a.content, kind="note", title=a.title)
         return ToolResult(content=f"saved {ref.handle()}", refs=(ref,))
 
-    def perform(self) -> None:
+    def perform(self) -> Outcome:
         outcome = self.drive(SYSTEM, self.tools(), PHASE)
         if not outcome.ok:
-            self.run.fail(f"subagent {self.name}: {outcome.reason}", retryable=False)
-            return
-        self.finish(outcome.answer, refs=self.context.state.of_kind("note"), condense=True)
+            return Failed(f"subagent {self.name}: {outcome.reason}")
+        return self.finish(outcome.answer, refs=self.context.state.of_kind("note"), condense=True)

@@ -35,6 +35,7 @@ from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingS
 from ..errors import Blocked, ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
 from ..llm import ModelSummarizer, ProviderChoice
+from ..outcomes import Done, Outcome
 from ..prompts import system_prompt
 from ..run_context import RunContext
 from ..sandbox import workspace_path
@@ -129,8 +130,8 @@ class AgentTask:
 
     # -- what a role defines -------------------------------------------------------------
 
-    def perform(self) -> None:
-        """Run this stage of the task to its end: completed, failed or handed off."""
+    def perform(self) -> Outcome:
+        """Run this stage of the task to its end: done, failed or handed off."""
         raise NotImplementedError
 
     def effects(self) -> list[EffectKind]:
@@ -267,8 +268,8 @@ class AgentTask:
 
     def finish(
         self, text: str, *, refs: Sequence[ArtifactRef] = (), condense: bool = False
-    ) -> Summary:
-        """Complete the task with its Summary (an artifact; the task keeps only its id).
+    ) -> Done:
+        """The task done, with its Summary (an artifact; the task keeps only its id).
 
         ``condense``: an answer over the cap is condensed by the summary model,
         when the fleet has one, before it is cut.
@@ -290,8 +291,7 @@ class AgentTask:
             kind="summary",
             title=f"{kind} {self.name}: {summary.tokens} of {cap} tokens",
         )
-        self.run.complete(ref.id)
-        return summary
+        return Done(ref.id)
 
     def _condenser(self) -> Callable[[str, int], str] | None:
         """The summary model's condensing call, recorded as a compaction; None without one."""

@@ -236,9 +236,12 @@ function renderUsage(doc) {
 }
 
 function renderFeatures(doc) {
+  const problem = doc.features_error
+    ? [el("tr", {}, el("td", { colspan: 5, class: "error" }, `feature list ${doc.features_error}`))]
+    : [];
   fill(
     document.querySelector("#features tbody"),
-    doc.features.map((f) => {
+    problem.concat(doc.features.map((f) => {
       const verdict = f.passes ? "passes" : (f.verdict || "open");
       const evidence = el("td", {});
       for (const id of f.evidence) evidence.append(link(artifactHref(doc.job_id, id), id), " ");
@@ -251,14 +254,19 @@ function renderFeatures(doc) {
         evidence,
         el("td", {}, f.description),
       );
-    }),
+    })),
   );
 }
 
 function renderArtifacts(doc) {
+  const hidden = doc.artifacts_total - doc.artifacts.length;
+  const older = hidden > 0
+    ? [el("tr", {}, el("td", { colspan: 5, class: "meta" },
+      `${hidden} older artifacts not listed (redfleet artifacts ${doc.job_id})`))]
+    : [];
   fill(
     document.querySelector("#artifacts tbody"),
-    doc.artifacts.map((a) =>
+    older.concat(doc.artifacts.map((a) =>
       el(
         "tr", {},
         el("td", {}, link(artifactHref(doc.job_id, a.id), a.id)),
@@ -266,7 +274,7 @@ function renderArtifacts(doc) {
         el("td", { class: "num" }, a.bytes),
         el("td", {}, a.trust),
         el("td", {}, a.title),
-      )),
+      ))),
   );
 }
 
@@ -449,12 +457,27 @@ function drawPlots(doc, job) {
 async function artifactPage() {
   const { job, artifact } = document.body.dataset;
   document.getElementById("back").setAttribute("href", jobHref(job));
+  const api = `/api/jobs/${encodeURIComponent(job)}/artifacts/${encodeURIComponent(artifact)}`;
+  const content = document.getElementById("content");
   try {
-    const doc = await getJSON(
-      `/api/jobs/${encodeURIComponent(job)}/artifacts/${encodeURIComponent(artifact)}`);
+    // Page by page (each answer is capped), appended as text: a 20 MB log stays readable.
+    let doc = await getJSON(api);
     document.getElementById("artifact-meta").textContent =
-      ` · ${doc.kind} · ${doc.bytes} bytes · ${doc.trust} · ${doc.title}`;
-    document.getElementById("content").textContent = doc.content;
+      ` · ${doc.kind} · ${doc.bytes} bytes · ${doc.trust} · ${doc.title}` +
+      (doc.unreadable ? ` · ${doc.unreadable}` : "");
+    content.textContent = doc.content;
+    const more = el("button", { type: "button" }, "");
+    const showMore = () => {
+      more.textContent = `show more (${doc.next} of ${doc.length} characters shown)`;
+      if (doc.next === null) more.remove();
+      else content.after(more);
+    };
+    more.addEventListener("click", async () => {
+      doc = await getJSON(`${api}?offset=${doc.next}`);
+      content.append(doc.content);
+      showMore();
+    });
+    showMore();
     setLive(true, "loaded");
   } catch (err) {
     setLive(false, err.message);
