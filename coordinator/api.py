@@ -282,19 +282,29 @@ class Client:
         """What the next person or agent continues the job from, built from its records now."""
         return handoff.build(self.state, job_id)
 
-    def approve(self, job_id: str, task_id: str, *, note: str = "", by: str = "") -> None:
+    def approve(
+        self, job_id: str, task_id: str, *, note: str = "", by: str = "", asked: str = ""
+    ) -> None:
         """Let a blocked task go on: the call it asked about is made (or, for an effect an
         earlier attempt left unsettled, made again); ``note`` reaches it as a user turn.
-        ``by`` is recorded as who decided (default: this machine's operator)."""
+        ``by`` is recorded as who decided (default: this machine's operator); ``asked``,
+        the ``approval_for`` of the question decided on, refuses a decision on a question
+        the task no longer asks (``QuestionChanged``)."""
         self.state.jobs.get(job_id)  # an unknown job is named as such, not as an unknown task
-        self.state.tasks.decide(job_id, task_id, approve=True, note=note, by=by or operator())
+        self.state.tasks.decide(
+            job_id, task_id, approve=True, note=note, by=by or operator(), asked=asked
+        )
 
-    def reject(self, job_id: str, task_id: str, *, note: str, by: str = "") -> None:
+    def reject(
+        self, job_id: str, task_id: str, *, note: str, by: str = "", asked: str = ""
+    ) -> None:
         """End a blocked task: it is dead with ``note`` as its error, and its job fails."""
         if not note.strip():
             raise CoordinatorError("--note: say why the task is rejected")
         self.state.jobs.get(job_id)
-        self.state.tasks.decide(job_id, task_id, approve=False, note=note, by=by or operator())
+        self.state.tasks.decide(
+            job_id, task_id, approve=False, note=note, by=by or operator(), asked=asked
+        )
 
     def diff(self, job_id: str) -> list[FileDiff]:
         """What the job changed against the workspace it was submitted with, by path."""
@@ -385,6 +395,7 @@ class Client:
 
     def providers(self, job_id: str) -> dict[str, int]:
         """How many of the job's model calls went to each provider, as ``provider model``."""
+        self.state.jobs.check(job_id)
         calls: Counter[str] = Counter()
         for event in self.state.events.scan(job_id, "model.called"):
             extra = event.model_extra or {}

@@ -346,7 +346,8 @@ def reaper_cmd(
     settings = Settings()
     logs.configure(settings.log_level)
     stop = threading.Event()
-    with open_state(settings, serving=not once) as state:
+    # The reaper keeps the whole fleet: a --tenant does not narrow what it reaps.
+    with open_state(settings.model_copy(update={"tenant": None}), serving=not once) as state:
         reaper = Reaper(state, redeliver_after_ms=settings.redeliver_after_ms)
         while True:
             try:
@@ -655,7 +656,7 @@ def claims(as_json: JsonOpt = False) -> None:
 def workers_cmd(as_json: JsonOpt = False) -> None:
     """Live workers from their heartbeats in Redis."""
     with open_state(Settings()) as state:
-        doc = views.workers_doc(state.workers.list())
+        doc = views.workers_doc(views.visible_workers(state))
     if as_json:
         views.print_json(doc)
     else:
@@ -906,11 +907,23 @@ NoteOpt = Annotated[
 ]
 
 
+AskedOpt = Annotated[
+    str,
+    typer.Option(
+        "--asked",
+        metavar="DIGEST",
+        help="Decide only if the task still asks the question with this digest "
+        "(`status JOB --json`: the task's approval_for); it may have moved on to another.",
+    ),
+]
+
+
 @app.command()
 def approve(
     job_id: Annotated[str, typer.Argument(metavar="JOB_ID")],
     task_id: Annotated[str, typer.Argument(metavar="TASK_ID", help="The blocked task.")],
     note: NoteOpt = None,
+    asked: AskedOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Let a blocked task go on (see its question in `redfleet status JOB_ID`).
@@ -921,7 +934,7 @@ def approve(
     """
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        Client(state).approve(job_id, task_id, note=note or "")
+        Client(state).approve(job_id, task_id, note=note or "", asked=asked)
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "approved"})
     else:
@@ -935,12 +948,13 @@ def reject(
     note: Annotated[
         str, typer.Option("--note", metavar="TEXT", help="Why (recorded as the task's error).")
     ],
+    asked: AskedOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """End a blocked task: it is dead with your note, and its job fails (`retry` runs it again)."""
     _check_job_id(job_id)
     with open_state(Settings()) as state:
-        Client(state).reject(job_id, task_id, note=note)
+        Client(state).reject(job_id, task_id, note=note, asked=asked)
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "rejected"})
     else:

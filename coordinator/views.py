@@ -97,6 +97,8 @@ def task_doc(task: Task) -> dict[str, Any]:
         "stage": task.stage or None,
         "error": task.error or None,
         "question": task.question or None,  # blocked: what the person is asked
+        # ...and the digest a decision on that question names (`approve --asked`).
+        "approval_for": (task.approval_for or None) if task.status == "blocked" else None,
     }
 
 
@@ -251,6 +253,26 @@ def claims_doc(state: State) -> list[dict[str, Any]]:
             "lease_remaining_ms": remaining,
         }
         for t, remaining in state.tasks.claims(state.jobs.active())
+    ]
+
+
+def visible_workers(state: State) -> list[WorkerInfo]:
+    """Live workers, each listing only the tasks of jobs ``state`` may read (a tenant's
+    reader does not learn another tenant's job and task ids from the fleet's view)."""
+    workers = state.workers.list()
+    if state.tenant is None:
+        return workers
+    keep = {}
+    for w in workers:
+        for held in w.tasks.split():
+            job_id = held.partition("/")[0]
+            if job_id not in keep:
+                keep[job_id] = state.sees(job_id)
+    return [
+        w.model_copy(
+            update={"tasks": " ".join(t for t in w.tasks.split() if keep[t.partition("/")[0]])}
+        )
+        for w in workers
     ]
 
 

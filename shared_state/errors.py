@@ -14,6 +14,7 @@
     ├── NotRetryable           only a failed job can be retried
     ├── NotResumable           a resume the job's state or records do not allow
     ├── NotBlocked             only a blocked task can be approved or rejected
+    ├── QuestionChanged        a decision on a question the task no longer asks
     ├── BudgetExceeded         a model call would overrun the job's token budget
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
@@ -160,6 +161,17 @@ class NotResumable(StateError):
     def __init__(self, job_id: str, why: str) -> None:
         super().__init__(f"job {job_id} cannot be resumed: {why}")
         self.job_id = job_id
+
+
+class QuestionChanged(StateError):
+    """A decision on a question the blocked task no longer asks (it asks another now)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"task {task_id} asks about another call now: read its question again "
+            "(redfleet status JOB) and decide on that one"
+        )
+        self.task_id = task_id
 
 
 class NotBlocked(StateError):

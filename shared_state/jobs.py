@@ -171,6 +171,7 @@ class JobStore:
             if res.data.get("existed") and once:
                 found = self.get(job_id)
                 if found.root_task != root:  # another submit with the key wrote it first
+                    _same_submit(spec, found)
                     return found.model_copy(update={"existed": True})
             if not res.ok and once and self.client.get(once) == job_id.encode():
                 self.client.delete(once)  # too late, nothing made: the next starts afresh
@@ -388,21 +389,21 @@ class JobStore:
         elif not JobStatus(status.decode()).finished:
             return False
         task_ids = [t.decode() for t in self.client.smembers(keys.tasks(job_id))]
-        if status in (b"failed", b"cancelled"):
-            self._end_tasks(job_id, task_ids)
+        if status in (b"failed", b"cancelled") and not self._end_tasks(job_id, task_ids):
+            return False  # a retry or resume began since the status was read: it runs
         if status is not None:
             self._episode(job_id)
         self._expire(job_id, [keys.task(job_id, t) for t in task_ids], retention_ms)
         return True
 
-    def _end_tasks(self, job_id: str, task_ids: list[str]) -> None:
-        """End what a failed or cancelled job left queued, waiting, blocked or claimed."""
+    def _end_tasks(self, job_id: str, task_ids: list[str]) -> bool:
+        """End what a failed or cancelled job left queued, waiting, blocked or claimed;
+        False if the job is no longer failed or cancelled (nothing was ended)."""
         task_keys = [keys.task(job_id, t) for t in task_ids]
-        # A retry may have started between the read and here: then the script ends nothing.
         res = self.runner.run(
             "endTasks", job_id, [*keys.script_keys("endTasks", job_id), *task_keys], []
         )
-        check("endTasks", res, Asked(job_id=job_id))
+        return check("endTasks", res, Asked(job_id=job_id)).ok
 
     def _episode(self, job_id: str) -> None:
         """The finished job's episode for its user (once per round: its id is the job's)."""

@@ -28,6 +28,7 @@ from .errors import (
     NotBlocked,
     NotResumable,
     NotRetryable,
+    QuestionChanged,
     RecordChanged,
     StateError,
     SubmitUnconfirmed,
@@ -100,7 +101,11 @@ ERRORS: dict[str, dict[Code, Error]] = {
     "completeTask": _OWNER,
     "decideTask": {
         Code.NOT_FOUND: _NO_TASK,
-        Code.NOT_CLAIMABLE: lambda res, a: NotBlocked(a.task_id, res.data["status"]),
+        Code.NOT_CLAIMABLE: lambda res, a: (
+            QuestionChanged(a.task_id)
+            if "asks_now" in res.data
+            else NotBlocked(a.task_id, res.data["status"])
+        ),
         Code.JOB_FINISHED: _finished,
     },
     "endTasks": {Code.NOT_FOUND: _NO_JOB},
@@ -118,7 +123,6 @@ ERRORS: dict[str, dict[Code, Error]] = {
         Code.FOREIGN_TARGET: lambda res, a: ForeignTarget(a.task_id, res.data["key"]),
         Code.CHANGED: _changed,
     },
-    "reapTask": {Code.NOT_FOUND: _NO_TASK},
     "renewLease": _OWNER,
     "reserveTokens": {
         Code.OVER_BUDGET: lambda res, a: BudgetExceeded(
@@ -146,7 +150,8 @@ ERRORS: dict[str, dict[Code, Error]] = {
 OUTCOMES: dict[str, frozenset[Code]] = {
     "claimTask": frozenset({Code.NOT_CLAIMABLE, Code.JOB_FINISHED}),  # None: not claimed
     "endTasks": frozenset({Code.JOB_FINISHED}),  # a retry began first: nothing to end
-    "reapTask": frozenset({Code.NOT_CLAIMABLE}),  # the lease is live again: nothing to reap
+    # The lease is live again, or its task's record is gone: nothing to reap.
+    "reapTask": frozenset({Code.NOT_CLAIMABLE, Code.NOT_FOUND}),
     "redeliverTask": frozenset({Code.NOT_CLAIMABLE}),  # not lost after all: nothing to send
 }
 

@@ -275,13 +275,19 @@ class TaskStore:
 
     # -- a person's decisions ----------------------------------------------------
 
-    def decide(self, job_id: str, task_id: str, *, approve: bool, note: str, by: str) -> None:
-        """Approve (the task is queued to resume) or reject (it is dead, the job fails)."""
+    def decide(
+        self, job_id: str, task_id: str, *, approve: bool, note: str, by: str, asked: str = ""
+    ) -> None:
+        """Approve (the task is queued to resume) or reject (it is dead, the job fails).
+
+        ``asked``: the ``approval_for`` of the question the person saw; the decision
+        is refused (QuestionChanged) if the task asks another one now ("": any).
+        """
         res = self.runner.run(
             "decideTask",
             job_id,
             keys.script_keys("decideTask", job_id, task_id),
-            ["approve" if approve else "reject", redact(note), by, secrets.token_hex(8)],
+            ["approve" if approve else "reject", redact(note), by, secrets.token_hex(8), asked],
         )
         check("decideTask", res, Asked(job_id=job_id, task_id=task_id))
         if approve:

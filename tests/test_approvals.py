@@ -9,6 +9,7 @@ files, each written once.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,7 +17,24 @@ from starlette.testclient import TestClient
 from coordinator.api import Client
 from coordinator.dashboard import create_app
 from coordinator.errors import CoordinatorError
-from shared_state import EffectStatus, JobStatus, State, Task, TaskStatus, keys
+from shared_state import (
+    EffectStatus,
+    JobSpec,
+    JobStatus,
+    QuestionChanged,
+    Role,
+    Scenario,
+    State,
+    Task,
+    TaskStatus,
+    keys,
+)
+from workers.heartbeat import Heartbeat
+from workers.llm import ProviderChoice
+from workers.outcomes import Asks, Done, settle
+from workers.roles import perform
+from workers.roles.coder import Coder
+from workers.task_run import TaskRun
 
 from .conftest import wait_for
 from .test_cli import run
@@ -117,3 +135,50 @@ def test_only_a_tool_that_acts_can_be_gated(state: State, redis_url: str) -> Non
     assert state.jobs.get(job_id).approve == "run_checks,write_file"
     doc = json.loads(run("status", job_id, "--json", url=redis_url).stdout)
     assert doc["approve"] == ["run_checks", "write_file"]
+
+
+def _scripted(tmp_path, name: str, steps: list[dict]) -> ProviderChoice:
+    script = tmp_path / f"{name}.json"
+    script.write_text(json.dumps({"name": name, "roles": {"planner": steps}}))
+    return ProviderChoice(script=str(script))
+
+
+def test_the_approved_call_is_made_as_asked_whatever_the_model_writes_next(
+    state: State, tmp_path
+) -> None:
+    job = state.jobs.submit(
+        JobSpec(goal="g", scenario=Scenario.AGENTS, approve="write_file", max_attempts=5)
+    )
+    asks = [{"tool_calls": [{"name": "write_file",
+                             "arguments": {"path": "a.txt", "content": "hello\n" * 400}}]},
+            {"text": "done"}]  # fmt: skip
+
+    def run_once(choice: ProviderChoice) -> object:
+        got = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+        assert got is not None
+        beat = Heartbeat(state, worker_id="w1", role=Role.PLANNER, lease_ms=60_000, info={})
+        beat.leases[0].hold(got.claim)
+        run = TaskRun(state, got.job, got.task, got.claim, beat.leases[0])
+        outcome = perform(lambda: Coder(run, choice, "w1"))
+        settle(run, outcome)
+        return outcome
+
+    asked = run_once(_scripted(tmp_path, "asks", asks))
+    assert isinstance(asked, Asks) and _written(state, job.job_id) == set()
+    task = state.tasks.get(job.job_id, job.root_task)
+    call_id = re.search(r"the whole call: (a-[0-9a-f]+)", task.question).group(1)
+    stored = json.loads(state.artifacts(job.job_id).text(call_id))
+    assert stored == {
+        "tool": "write_file",
+        "arguments": {"path": "a.txt", "content": "hello\n" * 400},
+    }
+    assert "(2400 characters)" in task.question  # shown cut; the whole call is the artifact
+    with pytest.raises(QuestionChanged):  # a decision names the question it answers
+        Client(state).approve(job.job_id, job.root_task, asked="0" * 16)
+    Client(state).approve(job.job_id, job.root_task, asked=task.approval_for)
+
+    # The model now writes nothing: the approved call is made from what was asked.
+    done = run_once(_scripted(tmp_path, "answers", [{"text": "done"}]))
+    assert isinstance(done, Done)
+    assert _written(state, job.job_id) == {"a.txt"}
+    assert state.workspace(job.job_id).text("a.txt") == "hello\n" * 400

@@ -301,3 +301,11 @@ def test_a_guarded_write_is_refused_when_the_field_changed_since_it_was_read(
     assert records.files() == {"m.py": "a-second"}  # nothing of the stale write landed
     records.write(first, files={"m.py": "a-first"}, file_guards={"m.py": "a-second"})
     assert records.files() == {"m.py": "a-first"}
+
+
+def test_a_lease_entry_whose_task_is_gone_is_dropped_not_a_reaper_failure(state: State) -> None:
+    job, _, (child_id,) = job_with_children(state, 1)
+    state.tasks.claim(job.job_id, child_id, "w1", 1)
+    state.client.delete(keys.task(job.job_id, child_id))  # evicted, or deleted by hand
+    assert state.tasks.reap(job.job_id, child_id) is None
+    assert state.client.zscore(keys.leases(job.job_id), child_id) is None

@@ -65,6 +65,12 @@ def test_the_cli_scoped_to_a_tenant_neither_finds_nor_shows_anothers_job(
         assert B_MARK not in refused.stdout + refused.stderr, command
     assert run(*scoped, "show", b_artifact, url=redis_url).returncode == 2  # not searched
     assert run(*scoped, "status", a, url=redis_url).returncode == 0
+    # The fleet's view: every worker, but only the tasks of the tenant's own jobs.
+    held = {"pid": 1, "host": "h", "role": "coder", "state": "busy", "tasks": f"{a}/c-1 {b}/c-2"}
+    state.workers.beat("w-both", 60_000, held)
+    listed = json.loads(run(*scoped, "workers", "--json", url=redis_url).stdout)
+    (worker,) = [w for w in listed if w["worker_id"] == "w-both"]
+    assert worker["tasks"] == [f"{a}/c-1"]
     # Acting for another tenant is refused, not quietly done as this one.
     assert_one_line_error(
         run(*scoped, "submit", "x", "--tenant", "beta", url=redis_url), "alpha", "beta"
@@ -113,6 +119,11 @@ def test_a_tenant_token_opens_that_tenants_jobs_and_no_others(
         assert answer.status_code == 404, path
         assert B_MARK not in answer.text, path
     assert web.get(f"/api/jobs/{a}", headers=alpha).status_code == 200
+    held = {"pid": 1, "host": "h", "role": "coder", "state": "busy", "tasks": f"{a}/c-1 {b}/c-2"}
+    state.workers.beat("w-both", 60_000, held)
+    listed = web.get("/api/workers", headers=alpha).json()["workers"]
+    (worker,) = [w for w in listed if w["worker_id"] == "w-both"]
+    assert worker["tasks"] == [f"{a}/c-1"] and b not in json.dumps(listed)
     beta = web.get(f"/api/jobs/{b}", headers={"Authorization": "Bearer t-beta"})
     assert beta.json()["goal"] == B_GOAL
     everyone = web.get("/api/jobs", headers={"Authorization": "Bearer t-admin"})

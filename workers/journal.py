@@ -45,6 +45,9 @@ class EffectKind(Protocol):
         ...
 
 
+ASK = "ask"  # the journal's tool for a gated call's approval (its detail names the call's tool)
+
+
 def approval_digest(entry: JournalEntry) -> str:
     """What an approval of ``entry`` is bound to: its key names the tool, target, arguments
     and stage, so a changed call is another digest and needs its own approval."""
@@ -112,38 +115,57 @@ class Journal:
             self._write(intent.to(EffectStatus.DONE, result))
         return result
 
-    def ask(self, tool: str, arguments: dict[str, Any]) -> None:
+    def ask(self, tool: str, arguments: dict[str, Any], shown: dict[str, Any]) -> None:
         """Let a call of a tool the job gates (``submit --approve``) through once a person
         approved this very call in this stage; until then it is not made: ``Blocked``,
-        with the call as the question.
+        with the call (``shown``: its arguments as a person reads them) as the question.
 
-        The approval is journaled (an ``asked`` entry made ``done``), so the same call
-        made again in the stage — a replay, a resumed run — goes through without asking
-        again; a call with other arguments asks anew.
+        The whole call is stored as a ``call`` artifact, named in the question, and
+        its entry's key holds the full sha256 of tool and arguments: an approval lets
+        exactly that call through. The approval is journaled (the ``ask`` entry made
+        ``done``), so the same call made again in the stage — a replay, a resumed run
+        — goes through without asking again; a call with other arguments asks anew.
         """
-        entry = JournalEntry(
-            key=self.key(f"ask {tool}", "", arguments),
-            task_id=self.run.task.task_id,
-            tool=tool,
-            status=EffectStatus.ASKED,
-            detail={"tool": tool},
-        )
-        digest = approval_digest(entry)
-        known = self.entries.get(entry.key)
+        call = json.dumps({"tool": tool, "arguments": arguments}, sort_keys=True)
+        digest = hashlib.sha256(call.encode()).hexdigest()
+        key = f"{self.run.task.task_id}:{ASK} {tool}#{digest}:{self.stage}"
+        known = self.entries.get(key)
         if known is not None and known.status is EffectStatus.DONE:
             return
-        if self.run.task.approved_for == digest:  # the digest names the stage too
-            self._write(entry.to(EffectStatus.DONE, "approved by a person"))
+        if known is not None and self.run.task.approved_for == approval_digest(known):
+            self._write(known.to(EffectStatus.DONE, "approved by a person"))
             return
-        self._write(entry)
-        raise Blocked(f"may I call {tool} {_shown(arguments)}?", approval_for=digest)
-
-    def asked(self, digest: str) -> bool:
-        """Whether ``digest`` names a call this task asked about before making it (``ask``)."""
-        return any(
-            e.status is EffectStatus.ASKED and approval_digest(e) == digest
-            for e in self.entries.values()
+        ref = self.run.state.artifacts(self.run.job.job_id).put(
+            call,
+            kind="call",
+            title=f"{tool}, as {self.run.task.task_id} asks to call it",
+            source=f"task:{self.run.task.task_id}",
         )
+        entry = JournalEntry(
+            key=key,
+            task_id=self.run.task.task_id,
+            tool=ASK,
+            status=EffectStatus.ASKED,
+            detail={"tool": tool, "call": ref.id},
+        )
+        self._write(entry)
+        raise Blocked(
+            f"may I call {tool} {_shown(shown)}? (the whole call: {ref.id})",
+            approval_for=approval_digest(entry),
+        )
+
+    def approved_call(self) -> tuple[str, dict[str, Any]] | None:
+        """The gated call a person approved for this task and stage, as it was asked
+        (tool, arguments, read from its stored call); None when the task's approval is
+        for something else (an effect to settle) or was used already."""
+        approved = self.run.task.approved_for
+        for entry in self.entries.values():
+            asked = entry.tool == ASK and entry.status is EffectStatus.ASKED
+            if asked and approval_digest(entry) == approved:
+                store = self.run.state.artifacts(self.run.job.job_id)
+                call = json.loads(store.text(entry.detail["call"]))
+                return call["tool"], call["arguments"]
+        return None
 
     def reconcile(self) -> list[str]:
         """Settle the intents an earlier attempt left without a result; what was done, per line.

@@ -31,7 +31,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared_state import ConnectionFailed, JobFinished, JobStatus, NotBlocked, NotFound, State
+from shared_state import (
+    ConnectionFailed,
+    JobFinished,
+    JobStatus,
+    NotBlocked,
+    NotFound,
+    QuestionChanged,
+    State,
+)
 
 from .. import metrics
 from ..api import Client
@@ -100,15 +108,20 @@ def _same_site(request: Request) -> None:
         raise HTTPException(415, 'send the decision as JSON: {"note": "..."}')
 
 
-async def _note(request: Request) -> str:
+async def _decision(request: Request) -> tuple[str, str]:
+    """The body's note, and the approval_for of the question the page showed."""
     try:
         body = await request.json()
     except ValueError:
-        raise HTTPException(400, "note: the body is not JSON") from None
-    note = body.get("note", "") if isinstance(body, dict) else None
+        raise HTTPException(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise HTTPException(400, 'the body: {"note": "...", "asked": "..."}')
+    note, asked = body.get("note", ""), body.get("asked", "")
     if not isinstance(note, str) or len(note) > 2_000:
         raise HTTPException(400, "note: a string of at most 2000 characters")
-    return note
+    if not isinstance(asked, str) or len(asked) > 64:
+        raise HTTPException(400, "asked: the approval_for of the question decided on")
+    return note, asked
 
 
 def _status_filter(request: Request) -> JobStatus | None:
@@ -199,7 +212,7 @@ def create_app(
 
     async def decide(request: Request) -> Response:
         _same_site(request)
-        note = await _note(request)
+        note, asked = await _decision(request)
         job_id, task_id = path(request, "job_id"), path(request, "task_id")
         verdict = path(request, "decision")
         if verdict not in ("approve", "reject"):
@@ -208,13 +221,11 @@ def create_app(
         # Who decided, as the records keep it: the dashboard, and whose token it was.
         by = f"dashboard:{getattr(request.state, 'tenant', None) or tenant or 'operator'}"
         try:
-            if verdict == "approve":
-                await run_in_threadpool(client.approve, job_id, task_id, note=note, by=by)
-            else:
-                await run_in_threadpool(client.reject, job_id, task_id, note=note, by=by)
+            decide = client.approve if verdict == "approve" else client.reject
+            await run_in_threadpool(decide, job_id, task_id, note=note, by=by, asked=asked)
         except NotFound as exc:
             return _error(str(exc), 404)
-        except (NotBlocked, JobFinished) as exc:
+        except (NotBlocked, QuestionChanged, JobFinished) as exc:
             return _error(str(exc), 409)
         except CoordinatorError as exc:  # a rejection without a note
             return _error(str(exc), 400)

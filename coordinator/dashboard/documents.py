@@ -174,11 +174,15 @@ def workers(state: State) -> dict[str, Any]:
     """Live heartbeats with every field they carry, live claims, and queue depths.
 
     The fields this version knows are typed as ``redfleet workers --json`` has
-    them; a newer worker's others are passed on as the strings they are.
+    them; a newer worker's others are passed on as the strings they are (not to
+    a tenant's reader, who sees the typed fields and its own jobs' tasks).
     """
-    known = {w.worker_id: views.workers_doc([w])[0] for w in state.workers.list()}
+    known = {w.worker_id: views.workers_doc([w])[0] for w in views.visible_workers(state)}
+    records = state.workers.records()
+    if state.tenant is not None:  # a tenant's view: the typed fields, its own tasks only
+        records = [{"worker_id": r["worker_id"]} for r in records if r["worker_id"] in known]
     return {
-        "workers": [{**rec, **known.get(rec["worker_id"], {})} for rec in state.workers.records()],
+        "workers": [{**rec, **known.get(rec["worker_id"], {})} for rec in records],
         "claims": views.claims_doc(state),
         "queues": state.delivery.depths(),
     }

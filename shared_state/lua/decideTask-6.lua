@@ -14,11 +14,14 @@
   ARGV[1] approve | reject    ARGV[2] the note    ARGV[3] who decided
   ARGV[4] the decision's id, chosen by the caller: a decision re-sent after a lost
           reply is answered from the record, not refused
+  ARGV[5] the approval_for the person saw ('' for whatever the task asks now): a
+          decision on a question the task no longer asks is refused
 
   Returns {code, data, events}
      1  data = role (approve: the caller delivers the task)
     -1  no such task
-    -2  the task is not blocked; data = status
+    -2  the task is not blocked, or asks another question than ARGV[5]; data = status
+        (and asks_now, the digest of what it asks now)
     -4  the job has finished; data = job_status
 
   Events: task.approved then task.queued (and job.running once no task is
@@ -36,6 +39,7 @@ if t[5] == ARGV[4] then return reply(1, {role = t[3], replayed = true}) end
 local job = readJob(jobKey)
 if isTerminalJob(job.status) then return reply(-4, {job_status = job.status}) end
 if t[1] ~= 'blocked' then return reply(-2, {status = t[1]}) end
+if ARGV[5] ~= '' and ARGV[5] ~= t[4] then return reply(-2, {status = t[1], asks_now = t[4]}) end
 redis.call('HSET', taskKey, 'decision_id', ARGV[4])
 local taskId, role, note, who = t[2], t[3], ARGV[2], ARGV[3]
 local now = nowMs()

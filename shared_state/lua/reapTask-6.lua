@@ -16,7 +16,7 @@
 
   Returns {code, data, events}
      1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished), role
-    -1  no such task
+    -1  no such task (its lease entry, left without it, is dropped)
     -2  nothing to reap (not claimed, or lease still live)
     error  a key in KEYS belongs to another job
 
@@ -29,7 +29,11 @@ local wrong = sameJob()
 if wrong then return wrong end
 local taskKey, leasesKey = KEYS[1], KEYS[4]
 local t = redis.call('HMGET', taskKey, 'status', 'lease_until', 'owner', 'task_id', 'role')
-if not t[1] then return reply(-1) end
+if not t[1] then
+  -- A lease entry whose task's record is gone (evicted, deleted): nothing to reap, ever.
+  redis.call('ZREM', leasesKey, string.match(taskKey, ':task:(.+)$'))
+  return reply(-1)
+end
 local now = nowMs()
 if t[1] ~= 'claimed' or tonumber(t[2]) > now then
   if t[1] ~= 'claimed' then redis.call('ZREM', leasesKey, t[4]) end

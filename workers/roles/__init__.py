@@ -11,6 +11,8 @@ is unavailable fails the attempt, which is retried.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pydantic
 
 from shared_state import ArtifactNotFound, BudgetExceeded, Role
@@ -20,6 +22,7 @@ from ..llm import ProviderChoice
 from ..outcomes import Asks, Failed, Outcome
 from ..task_run import TaskRun
 from .coder import Coder
+from .gates import APPROVABLE
 from .planner import Planner
 from .reviewer import Reviewer
 from .subagent import Subagent
@@ -31,23 +34,22 @@ ROLES: dict[Role, type[AgentTask]] = {
     Role.CODER: Coder,
     Role.REVIEWER: Reviewer,
 }
-# What a job may gate (`submit --approve`): the tools whose calls act outside the task
-# (files, checks run, tasks spawned, long-term memory written).
-APPROVABLE = frozenset({
-    "append_file", "delete_file", "dispatch_batches", "dispatch_coders", "dispatch_fixes",
-    "dispatch_reviewer", "edit_file", "memory", "rename_file", "run_checks", "spawn_subagents",
-    "write_file",
-})  # fmt: skip
 # Errors a retry would meet again: the task fails at once, with the reason.
 FINAL = (ArtifactNotFound, BudgetExceeded, ContextError, AuthError, ModelNotFound, BadRequest,
          ScenarioExhausted, pydantic.ValidationError)  # fmt: skip
 
 
 def run(task_run: TaskRun, choice: ProviderChoice, worker: str) -> Outcome:
-    """The run's outcome, for ``outcomes.settle``; an error no retry would fix is a final
-    ``Failed``, any other propagates (the worker makes it a retryable one)."""
+    """The run's outcome as its role's agent, for ``outcomes.settle``."""
+    return perform(lambda: _agent(task_run, choice, worker))
+
+
+def perform(agent: Callable[[], AgentTask]) -> Outcome:
+    """What the agent ``agent()`` makes comes to: a question as ``Asks``, an error no
+    retry would fix as a final ``Failed``; any other error propagates (the worker
+    makes it a retryable one)."""
     try:
-        return _agent(task_run, choice, worker).perform()
+        return agent().perform()
     except Blocked as exc:
         return Asks(exc.question, exc.approval_for)
     except FINAL as exc:
@@ -64,4 +66,4 @@ def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:
     return cls(task_run, choice, worker)
 
 
-__all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "run"]
+__all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "perform", "run"]

@@ -31,7 +31,15 @@ from shared_state.redact import redact
 from shared_state.workspace import Workspace
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome
-from ..context import ROLE_BUDGETS, CallLedger, ContextEngine, Message, WorkingState, tokenizer_for
+from ..context import (
+    ROLE_BUDGETS,
+    CallLedger,
+    ContextEngine,
+    Message,
+    ToolCall,
+    WorkingState,
+    tokenizer_for,
+)
 from ..errors import Blocked, ProviderError, ToolRefused
 from ..journal import EffectKind, Journal
 from ..llm import ModelSummarizer, ProviderChoice
@@ -55,6 +63,7 @@ from ..tools import (
 from ..tools.memory import DESCRIPTION as MEMORY_DESCRIPTION
 from ..tools.memory import RECALLED_HEADER, MemoryArgs, MemoryTool, render_recalled
 from .effects import Spawn, WriteFile
+from .gates import READS
 from .meter import Meter
 from .task_input import TaskInput
 from .workspace_tools import ChangeFiles, tree_listing, workspace_editors, workspace_readers
@@ -230,10 +239,11 @@ class AgentTask:
         self.ledger = CallLedger(
             model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
         )
+        toolbox = ToolBox(self.toolset(tools))
         loop = AgentLoop(
             provider,
             ContextEngine(self.artifacts, budgets=ROLE_BUDGETS[self.role_name]),
-            ToolBox(self.toolset(tools)),
+            toolbox,
             self.context,
             ledger=self.ledger,
             budget=self.run.state.budget(self.task.job_id),
@@ -242,17 +252,37 @@ class AgentTask:
         if self.run.job.workspace:
             system += WORKSPACE_NOTE
         prompt = system_prompt(system, self.project_document, self.tok)
-        approved_here = self.task.approval_stage == self.task.stage
-        asked = self.context.journal is not None and self.context.journal.asked(
-            self.task.approved_for
-        )
-        if self.task.approved_for and approved_here and (self.task.approval_note or asked):
-            # The person's word, a user turn, in the stage they answered (not in every later one).
-            said = f"Approved: {self.task.approval_note}" if self.task.approval_note else ""
-            if asked:  # the call it asked about goes through now, made again as it was
-                said = f"A person approved the call you asked about: {self.task.question} {said}"
-            opening = [Message(role="user", content=said), *opening]
+        if self.task.approved_for and self.task.approval_stage == self.task.stage:
+            # The person's word, a user turn, in the stage they answered (not in every later
+            # one); a gated call they approved is made now, as it was asked.
+            made, ended_by = self._approved_call(toolbox)
+            note = f"Approved: {self.task.approval_note}" if self.task.approval_note else ""
+            if ended_by:  # the approved call ended the run (a spawn): the model has no turn
+                return AgentOutcome(True, "", f"ended by {ended_by}", 0, [], ended_by=ended_by)
+            if made:
+                said = f"A person approved the call you asked about; it was made. {note}"
+                opening = [Message(role="user", content=said.strip()), *made, *opening]
+            elif note:
+                opening = [Message(role="user", content=note), *opening]
         return loop.run(prompt, list(opening), reference=self.reference())
+
+    def _approved_call(self, toolbox: ToolBox) -> tuple[list[Message], str]:
+        """The gated call a person approved, made now from its stored arguments (not from
+        what the model would write again): the model's call and its result, for the
+        history, or the tool's name when its result ended the run; nothing when the
+        approval was for something else."""
+        journal = self.context.journal
+        approved = journal.approved_call() if journal is not None else None
+        if approved is None:
+            return [], ""
+        tool, arguments = approved
+        call = ToolCall(id=f"approved-{self.task.approved_for}", name=tool, arguments=arguments)
+        result = toolbox.call(call, self.context)
+        for ref in result.refs:
+            self.context.keep(ref)
+        if result.ends_run:
+            return [], tool
+        return [Message(role="assistant", content="", tool_calls=(call,)), result.message(call)], ""
 
     def _save(self, working: WorkingState) -> None:
         self.run.check()
@@ -385,8 +415,11 @@ class AgentTask:
         assert journal is not None  # every agent task keeps one (``__init__``)
 
         def ask_first(ctx: RunContext, a: BaseModel) -> ToolResult:
+            if getattr(a, "command", None) in READS.get(tool.name, ()):
+                return function(ctx, a)  # it reads: nothing to approve
+            shown = a.model_dump(mode="json", exclude_defaults=True)
             try:
-                journal.ask(tool.name, a.model_dump(mode="json"))
+                journal.ask(tool.name, a.model_dump(mode="json"), shown)
             except Blocked:
                 ctx.checkpoint()  # what the run learned so far is there when it resumes
                 raise

@@ -164,7 +164,9 @@ function taskNode(task, children, jobId) {
   if (task.brief) item.append(el("div", { class: "brief" }, task.brief));
   if (task.error) item.append(el("div", { class: "error" }, task.error));
   if (task.question) item.append(el("div", { class: "error" }, `asks: ${task.question}`));
-  if (task.status === "blocked") item.append(decisionButtons(jobId, task.task_id));
+  if (task.status === "blocked") {
+    item.append(decisionButtons(jobId, task.task_id, task.approval_for || ""));
+  }
   const kids = children.get(task.task_id) || [];
   if (kids.length) item.append(el("ul", {}, ...kids.map((t) => taskNode(t, children, jobId))));
   return item;
@@ -172,7 +174,8 @@ function taskNode(task, children, jobId) {
 
 // Approve or reject a blocked task: the one write the dashboard makes, as JSON (which a
 // page of another site cannot send here without a preflight the server never allows).
-function decisionButtons(jobId, taskId) {
+// A decision names the question it answers (``asked``): one the task no longer asks is refused.
+function decisionButtons(jobId, taskId, asked) {
   const url = (verdict) =>
     `/api/jobs/${encodeURIComponent(jobId)}/tasks/${encodeURIComponent(taskId)}/${verdict}`;
   const send = async (verdict, note) => {
@@ -180,7 +183,7 @@ function decisionButtons(jobId, taskId) {
       method: "POST",
       credentials: "same-origin",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ note }),
+      body: JSON.stringify({ note, asked }),
     });
     const doc = await reply.json().catch(() => ({}));
     setLive(reply.ok, reply.ok ? `${taskId} ${doc.decision}` : `not decided: ${doc.error}`);
