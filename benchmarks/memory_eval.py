@@ -62,7 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator import logs
-from coordinator.cli import DEMO_GOAL
+from coordinator.demo import GOAL as DEMO_GOAL
 from shared_state import JobSpec, MemoryArtifacts, RedisServer, Scenario, State, keys
 from shared_state.artifacts import Trust
 from shared_state.errors import MemoryNotFound

@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -31,19 +30,19 @@ from shared_state import (
     JobFinished,
     Role,
     Scenario,
-    State,
     StateError,
 )
 from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
 
-from . import logs, metrics, sample_repo, views
+from . import logs, metrics, views
 from .api import RENEWED, Client, Progress, WaitTimeout
 from .connection import Embedded, open_state, redis_url
+from .demo import run_demo
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR, export_job
-from .fleet import Fleet, FleetSpec
+from .fleet import Fleet, FleetSpec, provider_env
 from .memory_cli import memory_app
 from .patch import FileDiff
 from .reaper import Reaper
@@ -194,12 +193,7 @@ def _provider_env(
             load_scenario(choice.script)
         except ValueError as exc:
             raise CoordinatorError(f"--script: {exc}") from exc
-    env = {"REDFLEET_PROVIDER": choice.provider.value, "REDFLEET_MODEL": choice.model,
-           "REDFLEET_SCRIPT": choice.script,
-           "REDFLEET_SUMMARY_MODEL": choice.summary_model}  # fmt: skip
-    if choice.base_url:
-        env["REDFLEET_BASE_URL"] = choice.base_url
-    return choice, tuple(env.items())
+    return choice, provider_env(choice)
 
 
 @app.command()
@@ -1256,61 +1250,26 @@ def demo(
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
     settings = Settings()
     logs.configure(settings.log_level)
-    choice, worker_env = _provider_env(settings, ProviderName.SCRIPTED, "", None, "sample")
-    # An embedded Redis of its own: no fleet of yours takes the demo's tasks, nor it yours.
-    demo_home = settings.home / "demo"
-    url = Embedded(demo_home).ensure()
-    repo = demo_home / "shop"
-    is_repo = sample_repo.lay_out(repo)
-    with open_state(settings, url, serving=True) as state:
-        client = Client(state, settings=settings)
-        job_id = client.submit(
-            DEMO_GOAL,
-            scenario=Scenario.AGENTS,
-            max_attempts=settings.max_attempts,
-            workspace=client.import_workspace(repo),
-        )
-        job = state.jobs.get(job_id)
+
+    def started(job_id: str, url: str, choice: ProviderChoice) -> None:
         if not as_json:
             described = markup_safe(redact(choice.describe()))
             views.console.print(
-                f"redfleet demo: job {job.job_id} on {markup_safe(url)}\nprovider: {described}"
+                f"redfleet demo: job {job_id} on {markup_safe(url)}\nprovider: {described}"
             )
-        spec = FleetSpec(
-            planners=1, coders=2, reviewers=1, lease_ms=settings.lease_ms, worker_env=worker_env
-        )
-        fleet = Fleet.from_settings(state, url, spec, settings)
-        watcher = threading.Thread(
-            target=_stop_when_finished, args=(state, job.job_id, fleet, timeout_s), daemon=True
-        )
-        watcher.start()
-        report = fleet.run()
-        doc = views.job_doc(state, state.jobs.get(job.job_id))
-        doc["provider"] = choice.describe()
-        doc["redis_url"] = url
-        doc["redis_home"] = str(demo_home)
-        doc.update(views.outcome_doc(state, job.job_id))
-        doc["events"] = len(state.events.read(job.job_id, last=10_000))
-        doc["fleet"] = report.__dict__
-        diffs = client.diff(job.job_id) if doc["status"] == "succeeded" else []
-        doc["repo"] = str(repo)
-        doc["diff"] = [dataclasses.asdict(d) for d in diffs]
+
+    result = run_demo(settings, timeout_s=timeout_s, on_start=started)
+    doc = result.doc
     if as_json:
         views.print_json(doc)
     else:
         views.print_outcome(doc)
-        if diffs:
-            _print_demo_diff(doc, diffs, is_repo)
+        if result.diffs:
+            _print_demo_diff(doc, result.diffs, result.is_repo)
     if doc["status"] != "succeeded":
         reason = one_line(redact(doc["reason"] or ""))
         print(f"redfleet: demo job ended {doc['status']}: {reason}", file=sys.stderr)
         raise typer.Exit(1)
-
-
-DEMO_GOAL = (
-    "Fix total_units in shop/stock.py (tests/test_stock.py fails) and add "
-    "restock(stock, name, units) in shop/restock.py, with tests"
-)
 
 
 def _print_demo_diff(doc: dict[str, object], diffs: list[FileDiff], is_repo: bool) -> None:
@@ -1333,21 +1292,6 @@ def _print_demo_diff(doc: dict[str, object], diffs: list[FileDiff], is_repo: boo
             f"  {env} redfleet export {job_id} DIR --patch",
             highlight=False,
         )
-
-
-def _stop_when_finished(state: State, job_id: str, fleet: Fleet, timeout_s: float) -> None:
-    """The demo's fleet serves until its own job has finished (others may share the Redis)."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not fleet.stopping.is_set():
-            if state.jobs.get(job_id).status.finished:
-                return
-            if time.monotonic() > deadline:
-                Client(state).cancel(job_id, reason=f"demo timed out after {timeout_s:.0f} s")
-                return
-            fleet.stopping.wait(0.2)
-    finally:
-        fleet.request_stop()
 
 
 @server_app.command("status")

@@ -41,6 +41,7 @@ import structlog
 
 from shared_state import Role, State, StateError
 from workers.heartbeat import SupervisorLink
+from workers.llm import ProviderChoice
 
 from .reaper import Reaper
 from .settings import Settings
@@ -58,6 +59,16 @@ _STARTUP_GRACE_S = 30.0
 # However busy, a worker that has not written its first byte after this long is hung
 # (a busy loop in an import): ten graces.
 _STARTUP_CAP_S = 10 * _STARTUP_GRACE_S
+
+
+def provider_env(choice: ProviderChoice) -> tuple[tuple[str, str], ...]:
+    """The environment that gives a fleet's workers ``choice`` (``FleetSpec.worker_env``)."""
+    env = {"REDFLEET_PROVIDER": choice.provider.value, "REDFLEET_MODEL": choice.model,
+           "REDFLEET_SCRIPT": choice.script,
+           "REDFLEET_SUMMARY_MODEL": choice.summary_model}  # fmt: skip
+    if choice.base_url:
+        env["REDFLEET_BASE_URL"] = choice.base_url
+    return tuple(env.items())
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,16 @@ def test_render_is_stable_for_the_same_state() -> None:
     assert state.render() == state.model_copy().render()
 
 
+def test_text_reaches_the_model_in_the_writers_own_characters() -> None:
+    said = "Sign it as Zoë Müller-Łukasiewicz, for 東京 (Straße 5, naïve café)"
+    state = WorkingState(goal="g").pin_said([said])
+    shown = state.render()
+    assert said in shown and "\\u" not in shown
+    # Counted as sent: the escapes of each non-ASCII character would cost more tokens.
+    escaped = said.encode("ascii", "backslashreplace").decode()
+    assert TOK.count(shown) < TOK.count(shown.replace(said, escaped))
+
+
 def test_compaction_archives_old_fields_and_keeps_their_identifiers() -> None:
     sink = MemoryArtifacts()
     state = WorkingState(goal="g").apply_model_update(

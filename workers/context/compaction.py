@@ -52,7 +52,8 @@ def _size(tok: Tokenizer, entries: Sequence[Any]) -> int:
 
 def _line(entry: Any) -> str:
     """An entry as the rendered state shows it (an artifact: its handle), for its size."""
-    return json.dumps(entry.handle() if isinstance(entry, ArtifactRef) else _plain(entry))
+    plain = entry.handle() if isinstance(entry, ArtifactRef) else _plain(entry)
+    return json.dumps(plain, ensure_ascii=False)  # as ``WorkingState.render`` writes it
 
 
 def _oldest(tok: Tokenizer, entries: Sequence[Any], budget: int) -> int:
@@ -102,7 +103,7 @@ def _index(
     doc |= {part: [_plain(e) for e in entries] for part, entries in moved.items()}
     counts = ", ".join(f"{len(v)} {part}" for part, v in moved.items())
     ref = sink.put(
-        json.dumps(doc, indent=1),
+        json.dumps(doc, indent=1, ensure_ascii=False),
         kind="state-index",
         title=f"state v{state.version} archive: {counts}",
         source="working-state",
@@ -122,7 +123,9 @@ def _compact_once(
     if decisions or facts:
         moved["decisions"] = list(state.decisions[:decisions])
         moved["facts"] = list(state.facts[:facts])
-        archived_text = json.dumps([_plain(e) for v in moved.values() for e in v])
+        archived_text = json.dumps(
+            [_plain(e) for v in moved.values() for e in v], ensure_ascii=False
+        )
         state = state.model_copy(
             update={"decisions": state.decisions[decisions:], "facts": state.facts[facts:]}
         ).keep_identifiers(extract(archived_text))

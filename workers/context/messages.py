@@ -24,7 +24,8 @@ class ToolCall(BaseModel):
 
     @cached_property
     def arguments_json(self) -> str:
-        return json.dumps(self.arguments, sort_keys=True)
+        # The model's own characters, as it wrote them (and as providers accept them).
+        return json.dumps(self.arguments, sort_keys=True, ensure_ascii=False)
 
 
 class Message(BaseModel):

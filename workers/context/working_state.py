@@ -164,11 +164,15 @@ class WorkingState(BaseModel):
     def render(self) -> str:
         """A stable, compact text for the prompt (same state, same bytes).
 
-        An artifact shows as its one-line handle, a named ref as its id.
+        An artifact shows as its one-line handle, a named ref as its id. Text is
+        in the writer's own characters (``Zoë``, ``東京``), not JSON escapes: the
+        model reads what was said, and its tokens are counted as it is sent.
         """
         shown = {n for n in RENDERED if n in ("goal", "phase") or getattr(self, n)}
         plain = self.model_dump(mode="json", include=shown - {"artifacts", "refs"})
         plain["artifacts"] = [r.handle() for r in self.artifacts]
         plain["refs"] = {name: r.id for name, r in self.refs.items()}
         ordered = {n: plain[n] for n in RENDERED if n in shown}
-        return f"WORKING STATE (v{self.version})\n{json.dumps(ordered, indent=0)}"
+        return (
+            f"WORKING STATE (v{self.version})\n{json.dumps(ordered, indent=0, ensure_ascii=False)}"
+        )
