@@ -51,7 +51,8 @@ def require_token(host: str, tokens: dict[str, str | None]) -> None:
     if not tokens and not is_loopback(host):
         raise CoordinatorError(
             f"--token is needed off loopback: the dashboard on {host} is reachable from other "
-            "machines; pass --token TOKEN or set REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
+            "machines; pass --token TOKEN (or --tenant-token TENANT=TOKEN) or set "
+            "REDFLEET_DASHBOARD_TOKEN (or use --host 127.0.0.1)"
         )
 
 
