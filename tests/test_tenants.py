@@ -17,7 +17,6 @@ from coordinator.dashboard import create_app
 from coordinator.errors import CoordinatorError
 from shared_state import JobNotFound, JobSpec, Scenario, State
 
-from .test_agent_jobs import finished
 from .test_cli import assert_one_line_error, run
 
 A_GOAL = "write a greeting module for tenant alpha"
@@ -26,12 +25,15 @@ B_GOAL = f"write a greeting module ({B_MARK})"
 
 
 @pytest.fixture
-def two_tenants(state: State, start_fleet) -> tuple[str, str]:
-    start_fleet(planners=1, coders=2, reviewers=1, lease_ms=3_000)
+def two_tenants(state: State) -> tuple[str, str]:
+    """A job of each tenant with records to read: B's goal, events and artifact hold the
+    marker. No fleet: what is tested is who may read them, not how they were made."""
     a = state.jobs.submit(JobSpec(goal=A_GOAL, scenario=Scenario.AGENTS, tenant="alpha"))
     b = state.jobs.submit(JobSpec(goal=B_GOAL, scenario=Scenario.AGENTS, tenant="beta"))
     for job in (a, b):
-        assert finished(state, job.job_id, 120).status == "succeeded"
+        store = state.artifacts(job.job_id)
+        store.put(f"notes on {job.goal}", kind="note", title=f"notes: {job.goal}")
+        state.events.append("note.test", {"text": job.goal}, job_id=job.job_id)
     state.events.flush()
     return a.job_id, b.job_id
 
