@@ -160,7 +160,10 @@ class Client:
         """
         settings = settings or Settings()
         if tenant is not None:
-            settings = settings.model_copy(update={"tenant": check_name(tenant, "tenant")})
+            try:
+                settings = settings.model_copy(update={"tenant": check_name(tenant, "tenant")})
+            except ValueError as exc:
+                raise CoordinatorError(f"tenant: {exc}") from None
         return cls(open_state(settings, redis_url), settings=settings)
 
     def tenant(self, given: str | None = None) -> str:

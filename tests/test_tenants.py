@@ -96,6 +96,8 @@ def test_a_client_given_a_tenant_reads_and_acts_for_that_tenant_only(
         with pytest.raises(CoordinatorError, match="alpha"):
             client.submit("x", tenant="beta")
         assert [j.job_id for j in client.state.jobs.list(50)] == [a]
+    with pytest.raises(CoordinatorError, match="tenant"):
+        Client.connect(redis_url, tenant="no way")
     with Client.connect(redis_url) as operator:
         assert operator.status(b)["goal"] == B_GOAL
 
