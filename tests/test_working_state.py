@@ -50,7 +50,7 @@ def test_compaction_archives_old_fields_and_keeps_their_identifiers() -> None:
     )
     compacted, actions = fit_state(TOK, state, StateBudget(notes=120), 2_000, sink)
     assert 0 < len(compacted.decisions) < 8 and 0 < len(compacted.facts) < 8
-    assert "src/pkg/mod_0.py" in compacted.identifiers and "7740000" in compacted.identifiers
+    assert "src/pkg/mod_0.py" in compacted.salient and "7740000" in compacted.salient
     assert compacted.index in actions[0] and "state compacted" in actions[-1]
     assert "src/pkg/mod_0.py" in sink.text(compacted.index)
 

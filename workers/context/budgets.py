@@ -9,8 +9,10 @@ The last, ``updates``, is the small volatile block of what changed in the
 working state since its snapshot: it sits after everything cached, so a
 change shows in the very next call without re-rendering the prefix.
 
-Defaults are per role and configurable; a call's context aims at about 33k
-tokens and is never sent above the hard ceiling (the kill switch).
+Defaults are per role and configurable. The slots' budgets add up to at most
+the high-water target (33k tokens by default), checked when the budgets are
+made, so every call fits it; a context is never sent above the hard ceiling
+(the kill switch).
 """
 
 from __future__ import annotations
@@ -65,8 +67,11 @@ class StateBudget(BaseModel):
     """Tokens for each part of the working state; each compacts on its own.
 
     ``said`` holds the user's turns verbatim; ``notes`` the model's decisions,
-    facts, open questions and next action; ``identifiers``, ``artifacts`` and
-    ``dropped`` the code-owned indexes. A part over its budget archives its
+    facts, open questions and next action; ``pins`` the verbatim spans (a part
+    over budget archives its oldest, each listed in ``dropped``, never silently);
+    ``salient`` the identifiers kept for
+    what they are; ``identifiers``, ``artifacts`` and ``dropped`` the
+    code-owned indexes. A part over its budget archives its
     oldest entries into the state's index artifact until it is at half its
     budget (a compaction busts the cache, so it frees room for many steps).
     The goal, phase, counters and named refs are small and always shown.
@@ -76,12 +81,15 @@ class StateBudget(BaseModel):
 
     said: int = Field(default=400, gt=0)
     notes: int = Field(default=400, gt=0)
-    identifiers: int = Field(default=600, gt=0)
-    artifacts: int = Field(default=250, gt=0)
+    pins: int = Field(default=400, gt=0)
+    salient: int = Field(default=250, gt=0)
+    identifiers: int = Field(default=450, gt=0)
+    artifacts: int = Field(default=200, gt=0)
     dropped: int = Field(default=150, gt=0)
 
     def total(self) -> int:
-        return self.said + self.notes + self.identifiers + self.artifacts + self.dropped
+        parts = (self.said, self.notes, self.pins, self.salient, self.identifiers)
+        return sum(parts) + self.artifacts + self.dropped
 
 
 class ClearingPolicy(BaseModel):
@@ -133,6 +141,14 @@ class ContextBudgets(BaseModel):
                 )
         if self.state.total() > self.tokens(Slot.STATE):
             raise ValueError("the state's parts must fit in the state slot's budget")
+        total = sum(b.tokens for b in self.slots.values())
+        if total > self.target_total:
+            largest = sorted(self.slots.items(), key=lambda kv: -kv[1].tokens)
+            named = ", ".join(f"{slot.value} {b.tokens:,}" for slot, b in largest)
+            raise ValueError(
+                f"the slots' budgets add up to {total:,} tokens, over the target of "
+                f"{self.target_total:,}: lower some of them ({named})"
+            )
         if self.ceiling < self.target_total:
             raise ValueError("ceiling must be at least target_total")
         return self
@@ -141,17 +157,18 @@ class ContextBudgets(BaseModel):
         return self.slots[slot].tokens
 
 
+# They add up to the 33k target. Results take what the rest leave: the seen results kept
+# until a clearing (``ClearingPolicy.trigger``), or a parallel batch of two ~500-line
+# files, whole, while the model reads them.
 _DEFAULT_TOKENS = {
     Slot.SYSTEM: 3_000,
     Slot.TOOLS: 4_000,
-    Slot.REFERENCE: 4_000,
-    Slot.STATE: 2_000,
-    Slot.RETRIEVED: 6_000,
-    # Room for the seen results kept before a clearing (``ClearingPolicy.trigger``) and a
-    # parallel batch of two ~500-line files, whole, while the model reads them.
-    Slot.RESULTS: 24_000,
-    Slot.TAIL: 6_000,
-    Slot.UPDATES: 400,
+    Slot.REFERENCE: 3_000,
+    Slot.STATE: 2_400,
+    Slot.RETRIEVED: 600,
+    Slot.RESULTS: 16_000,
+    Slot.TAIL: 3_400,
+    Slot.UPDATES: 600,
 }
 DEFAULT_BUDGETS = ContextBudgets(
     slots={

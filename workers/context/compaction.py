@@ -6,7 +6,7 @@ budget, leaving a count in ``archived`` and the index's id in ``index``
 (each index names the one before it, so the chain holds everything). What
 the user said is archived only when it cannot fit, and then each turn is
 also listed in ``dropped``: a visible loss, never a silent one. Identifiers
-named in archived notes stay pinned. Of the model's notes, facts and
+named in archived notes stay, as salient ones. Of the model's notes, facts and
 decisions are archived; open questions and the next action stay in view,
 bounded when they are written (``unarchived_notes_tokens``).
 
@@ -26,10 +26,10 @@ from ..errors import StateCompactionStuck
 from .budgets import StateBudget
 from .identifiers import extract
 from .tokens import Tokenizer
-from .working_state import WorkingState
+from .working_state import WorkingState, entry_text
 
 # Parts archived oldest first, in this order (archived notes pin identifiers first).
-_LISTS = ("said", "identifiers", "artifacts")
+_LISTS = ("said", "pins", "salient", "identifiers", "artifacts")
 
 
 def state_tokens(tok: Tokenizer, state: WorkingState) -> int:
@@ -51,9 +51,8 @@ def _size(tok: Tokenizer, entries: Sequence[Any]) -> int:
 
 
 def _line(entry: Any) -> str:
-    """An entry as the rendered state shows it (an artifact: its handle), for its size."""
-    plain = entry.handle() if isinstance(entry, ArtifactRef) else _plain(entry)
-    return json.dumps(plain, ensure_ascii=False)  # as ``WorkingState.render`` writes it
+    """An entry as the rendered state shows it, for its size."""
+    return entry_text(entry)
 
 
 def _oldest(tok: Tokenizer, entries: Sequence[Any], budget: int) -> int:
@@ -128,13 +127,16 @@ def _compact_once(
         )
         state = state.model_copy(
             update={"decisions": state.decisions[decisions:], "facts": state.facts[facts:]}
-        ).keep_identifiers(extract(archived_text))
+        ).keep_salient(extract(archived_text))
     for part in _LISTS:
         entries = getattr(state, part)
         n = _oldest(tok, entries, getattr(budget, part))
         if n:
             moved[part] = list(entries[:n])
             state = state.model_copy(update={part: entries[n:]})
+            if part in ("said", "pins"):  # the words leave the view; the names in them stay
+                texts = [e if isinstance(e, str) else e.text for e in moved[part]]
+                state = state.keep_salient(extract("\n".join(texts)))
     moved = {part: entries for part, entries in moved.items() if entries}
     actions: list[str] = []
     if moved:
@@ -142,10 +144,11 @@ def _compact_once(
         counts = ", ".join(f"{len(v)} {part}" for part, v in moved.items())
         actions.append(f"state archived into {index}: {counts}")
         lost = [f"user turn {t[:60]!r} (in {index})" for t in moved.get("said", [])]
+        lost += [f"kept span {p.text[:60]!r} (in {index})" for p in moved.get("pins", [])]
         if lost:
             # Archived, not deleted, but no longer in front of the model: say so.
             state = state.record_dropped(lost)
-            actions.append(f"user turns not pinned (over their budget): {len(lost)}, in {index}")
+            actions.append(f"user turns or kept spans over their budget: {len(lost)}, in {index}")
     n = _oldest(tok, state.dropped, budget.dropped)
     if n:
         old, kept = list(state.dropped[:n]), state.dropped[n:]

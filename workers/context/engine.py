@@ -17,10 +17,10 @@ cannot carry is listed in the state's ``dropped``. Rolled turns pin the
 user's words verbatim and their identifiers in the state.
 
 Cache discipline: the stable slots come first and are byte-identical from
-call to call; the working state's snapshot is re-rendered only when the
-prefix is invalidated anyway (a roll, a compaction, a phase change) or its
-changes outgrow the small ``updates`` block that follows everything cached;
-tool results are cleared in batches — so most of each call is a prefix the
+call to call; the working state's snapshot is re-rendered (and only then
+compacted) when its changes outgrow the small ``updates`` block that follows
+everything cached — a roll, a phase change or a part over its budget shows
+there first and busts nothing by itself; tool results are cleared in batches — so most of each call is a prefix the
 provider has already cached.
 """
 
@@ -146,6 +146,21 @@ def _shares(sizes: dict[int, int], budget: int) -> dict[int, int]:
     return caps
 
 
+def _record_hidden(
+    state: WorkingState, result: Message, hidden: list[str], reduced: Reduced
+) -> WorkingState:
+    """One ``dropped`` line for the identifiers a reduced result's stub could not carry.
+
+    One line per result, not one per identifier: the list stays small, so it
+    does not churn the state (each identifier is in the artifact it names).
+    """
+    if not hidden:
+        return state
+    return state.record_dropped(
+        [f"{len(hidden)} identifiers of the result of {result.tool_call_id} (in {reduced.ref.id})"]
+    )
+
+
 class ContextEngine:
     """Builds budgeted prompts for one task (it remembers the last state snapshot)."""
 
@@ -163,6 +178,7 @@ class ContextEngine:
         self._snapshot_block: Block | None = None
         self._steps: list[dict[str, Any]] = []
         self._reduced: dict[str, Reduced] = {}  # tool call id -> its stored full text
+        self._read = 0  # messages of the history the task keeps already read for ``salient``
 
     # -- the call ----------------------------------------------------------------------
 
@@ -179,12 +195,11 @@ class ContextEngine:
         history, state = list(request.history), request.state
         fresh = _fresh(history)
         self._store_fresh(history, fresh)
+        state = self._salient(state, history)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
         history, state = self._clear_seen(history, fresh, state, offered, actions)
-        state, history, rolled = self._roll(state, history, actions)
-        state, compacted = self._fit_state(state, actions)
-        # A roll or a compaction rewrites the prompt from the state on: re-snapshot then.
-        snapshot, changes = self._state_blocks(state, rolled or compacted, actions)
+        state, history = self._roll(state, history, actions)
+        state, snapshot, changes = self._state_blocks(state, actions)
         blocks.append(snapshot)
         if request.retrieved:
             blocks += self._retrieved(request.retrieved, actions)
@@ -205,6 +220,7 @@ class ContextEngine:
             actions=actions,
         )
         self._remember(prompt)
+        self._read = len(history)
         if prompt.total_tokens > self.budgets.ceiling:
             # The kill switch: never sent.
             raise ContextCeilingExceeded(
@@ -257,39 +273,47 @@ class ContextEngine:
         actions.append(f"reference truncated to {budget.tokens} tokens ({ref.id})")
         return Block(Slot.REFERENCE, head, self.tok.count(head))
 
-    def _fit_state(self, state: WorkingState, actions: list[str]) -> tuple[WorkingState, bool]:
-        """The state with every part within its budget; and whether it had to be compacted."""
+    def _fit_state(self, state: WorkingState, actions: list[str]) -> WorkingState:
+        """The state with every part within its budget (compacted if it had to be)."""
         budget = self.budgets.slots[Slot.STATE]
         if budget.overflow is Overflow.FAIL:
             tokens = state_tokens(self.tok, state)
             if tokens > budget.tokens:
                 raise PromptTooLarge(Slot.STATE, tokens, budget.tokens)
-            return state, False
+            return state
         fitted, done = fit(self.tok, state, self.budgets.state, budget.tokens, self.sink)
         actions += done
-        return fitted, bool(done)
+        return fitted
 
     def _state_blocks(
-        self, state: WorkingState, refresh: bool, actions: list[str]
-    ) -> tuple[Block, Block | None]:
-        """The state's snapshot (cached) and the block of what changed since it, if anything."""
+        self, state: WorkingState, actions: list[str]
+    ) -> tuple[WorkingState, Block, Block | None]:
+        """The state the task keeps, its snapshot (cached) and what changed since, if anything.
+
+        The snapshot is re-rendered only when the changes since it outgrow the
+        ``updates`` block (or cannot be told as changes: a compaction's new
+        index). Only then is the state compacted, so a part passing its budget
+        never busts the cache by itself: until the next snapshot its new entries
+        are in the small block after everything cached.
+        """
         budget = self.budgets.slots[Slot.UPDATES]
-        if not refresh and self._snapshot is not None and self._snapshot_block is not None:
+        if self._snapshot is not None and self._snapshot_block is not None:
             lines = updates.changes(self._snapshot, state)
             if lines == []:
-                return self._snapshot_block, None
+                return state, self._snapshot_block, None
             if lines is not None:
                 text = updates.render(self._snapshot, state, lines)
                 block = Block(Slot.UPDATES, text, self.tok.count_lines(text))
                 if block.tokens <= budget.tokens:
-                    return self._snapshot_block, block
+                    return state, self._snapshot_block, block
                 if budget.overflow is Overflow.FAIL:
                     raise PromptTooLarge(Slot.UPDATES, block.tokens, budget.tokens)
                 actions.append(f"state re-rendered: {block.tokens} tokens of changes")
+        state = self._fit_state(state, actions)
         text = state.render()
         self._snapshot = state
         self._snapshot_block = Block(Slot.STATE, text, self.tok.count_lines(text))
-        return self._snapshot_block, None
+        return state, self._snapshot_block, None
 
     def _retrieved(self, items: Sequence[Retrieved], actions: list[str]) -> list[Block]:
         budget = self.budgets.slots[Slot.RETRIEVED]
@@ -340,6 +364,22 @@ class ContextEngine:
             if not _is_reduced(history[i]):
                 self._store(history[i], calls.get(history[i].tool_call_id or ""))
 
+    def _salient(self, state: WorkingState, history: list[Message]) -> WorkingState:
+        """Identifiers the model names again after a tool revealed them become salient.
+
+        Read once per message: the messages after those of the history the
+        task kept from the last call (all of them if it kept another).
+        """
+        new = history[self._read :] if len(history) >= self._read else history
+        said = [m for m in new if m.role == "assistant"]
+        if not said:
+            return state
+        revealed = set(state.identifiers)
+        for reduced in self._reduced.values():
+            revealed.update(reduced.identifiers)
+        named = [n for m in said for n in extract(m.text()) if n in revealed]
+        return state.keep_salient(named)
+
     def _cut_fresh(
         self,
         history: list[Message],
@@ -376,7 +416,7 @@ class ContextEngine:
             call = stubs.reader_call(reduced.ref, offered, kept_lines + 1, reduced.lines)
             mark = stubs.cut(reduced, kept_lines, shown, hidden, call)
             out[i] = result.model_copy(update={"content": head + mark, "reduced": "cut"})
-            state = state.record_dropped(f"{n} (in {reduced.ref.id})" for n in hidden)
+            state = _record_hidden(state, result, hidden, reduced)
             actions.append(
                 f"tool result {result.tool_call_id} cut to {kept_lines} of {reduced.lines} lines "
                 f"before it was seen, to share the results slot ({reduced.ref.id})"
@@ -430,13 +470,13 @@ class ContextEngine:
         cleared = list(history)
         for i, stub, hidden, reduced in plan:
             cleared[i] = stub
-            state = state.record_dropped(f"{n} (in {reduced.ref.id})" for n in hidden)
+            state = _record_hidden(state, result, hidden, reduced)
         actions.append(f"cleared {len(plan)} seen tool results ({freed} tokens)")
         return cleared, state
 
     def _roll(
         self, state: WorkingState, history: list[Message], actions: list[str]
-    ) -> tuple[WorkingState, list[Message], bool]:
+    ) -> tuple[WorkingState, list[Message]]:
         """Roll the oldest whole turns into the state while the tail or the results overflow.
 
         The turn the model answers now (the latest assistant turn and what
@@ -452,7 +492,7 @@ class ContextEngine:
         results = sum(sizes) - tail
         over_tail, over_results = tail > tail_budget.tokens, results > results_budget
         if not (over_tail or over_results):
-            return state, history, False
+            return state, history
         if tail_budget.overflow is Overflow.FAIL:
             raise PromptTooLarge(Slot.TAIL, tail, tail_budget.tokens)
         fresh = sum(sizes[i] for i in _fresh(history))
@@ -470,7 +510,7 @@ class ContextEngine:
                 results, tail = (results - n, tail) if m.is_tool_result else (results, tail - n)
             rolled += turn
         if not rolled:
-            return state, history, False
+            return state, history
         transcript = "\n".join(f"{m.role}: {m.text()}" for m in rolled)
         ref = self.sink.put(
             transcript,
@@ -492,7 +532,7 @@ class ContextEngine:
             f"rolled {len(rolled)} messages into state ({ref.id}): "
             f"{len(said)} user turns pinned, {len(set(named))} identifiers kept"
         )
-        return state, [m for turn in grouped for m in turn], True
+        return state, [m for turn in grouped for m in turn]
 
     # -- assembly, memory, diagnostics -------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """What changed in the working state since its snapshot: the volatile block.
 
 The state's snapshot sits in the cached prefix and is re-rendered only when
-the prefix is invalidated anyway (a roll, a compaction, a phase change) or
-when this block outgrows its budget. Until then every change shows here, in
-a small block after the cached prefix, in the very next call.
+this block outgrows its budget (or a compaction wrote a new index, which
+happens only at a re-render). Until then every change shows here — a new
+phase or goal too — in a small block after the cached prefix, in the very
+next call.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .working_state import WorkingState
+from .working_state import WorkingState, entry_text
 
 # Parts that only grow between snapshots (compaction, which shrinks them, re-snapshots).
 _APPENDED = {
     "said": "user said",
     "decisions": "decision",
     "facts": "fact",
+    "pins": "kept verbatim",
     "artifacts": "artifact",
+    "salient": "kept",
     "identifiers": "identifiers",
     "dropped": "dropped",
 }
@@ -37,10 +40,21 @@ def changes(before: WorkingState, after: WorkingState) -> list[str] | None:
     An identifier kept again only moves within its list (the most recent
     last); it is in the snapshot already, so only new ones are shown.
     """
-    if after.phase != before.phase or after.index != before.index or after.goal != before.goal:
+    if after.index != before.index:
         return None
     lines: list[str] = []
+    if after.goal != before.goal:
+        lines.append(f"goal (now): {after.goal}")
+    if after.phase != before.phase:
+        lines.append(f"phase = {after.phase}")
     for name, label in _APPENDED.items():
+        if name == "salient":
+            added = _added(before.salient, after.salient)
+            if added is None:
+                return None
+            if added:
+                lines.append(f"+ {label}: {', '.join(added)}")
+            continue
         if name == "identifiers":
             known = set(before.identifiers)
             new = [i for i in after.identifiers if i not in known]
@@ -51,8 +65,8 @@ def changes(before: WorkingState, after: WorkingState) -> list[str] | None:
         if added is None:
             return None
         for entry in added:
-            if name == "facts":
-                lines.append(f"+ {label}: {entry.text} (source: {entry.source or '-'})")
+            if name in ("facts", "pins"):
+                lines.append(f"+ {label}: {entry_text(entry)[2:]}")
             elif name == "decisions":
                 lines.append(f"+ {label}: {entry.text}")
             elif name == "artifacts":
