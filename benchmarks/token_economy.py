@@ -21,8 +21,8 @@ summarizing calls included), recall — the share of planted items present
 VERBATIM in the call that needs them, and separately the share reachable
 through an artifact handle in that call — results cleared before the model
 saw them, orphaned tool calls or results, state tokens, the kill switch, and
-the time to build a step's context (median of the builds around steps 10,
-100 and 1,000).
+the CPU time to build a step's context (median of the builds around steps
+10, 100 and 1,000).
 
 Run:  python benchmarks/token_economy.py [--json] [--quick]
 """
@@ -68,7 +68,7 @@ GOALS = {
     "input_vs_naive": 0.10,  # redfleet total input <= 1/10 of naive
     "high_water": 33_000,
     "recall": 1.0,  # verbatim, in the call that needs the item
-    "cacheable_share": 0.70,
+    "cacheable_share": 0.75,
     "cleared_before_seen": 0,
     "orphans": 0,
     "state_over_budget": 0,  # steps whose state passed its budget
@@ -282,13 +282,13 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         state = state.count("steps").with_phase("enrich" if step > 25 else "research")
         history += new
         request = ContextRequest(system=system, tools=specs, state=state, history=history)
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time: wall time on a shared machine measures it
         try:
             prompt = strategy.build(request)
         except ContextCeilingExceeded as exc:
             killed = f"step {step}: {exc}"
             break
-        build_ms.append((time.perf_counter() - started) * 1000)
+        build_ms.append((time.process_time() - started) * 1000)
         history, state = prompt.history, prompt.state
         for m in history:
             if m.is_tool_result and m.tool_call_id in unseen:
@@ -344,7 +344,12 @@ STRATEGIES = {
 }
 
 
-def checks(results: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, bool]]:
+FLOOR_SLACK = 1.2  # where the floor is above the input goal: within this of the floor
+
+
+def checks(
+    results: dict[str, dict[str, Any]], bound: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, bool]]:
     ours, naive = results["redfleet"], results["naive"]
     first, *_, last = ours["build_ms"].values()
     values = {
@@ -359,6 +364,11 @@ def checks(results: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str
     }
     at_least = ("recall", "cacheable_share")
     met = {k: v >= GOALS[k] if k in at_least else v <= GOALS[k] for k, v in values.items()}
+    # No strategy that shows each result whole once goes under the floor: where it is above
+    # the input goal, the goal is to be near it.
+    least = bound["input_vs_naive_at_least"]
+    if least > GOALS["input_vs_naive"]:
+        met["input_vs_naive"] = values["input_vs_naive"] <= FLOOR_SLACK * least
     met["kill_switch_not_fired"] = not ours["kill_switch"]
     return values, met
 
@@ -370,8 +380,8 @@ def run_workload(workload: Any, model: str, *, full: bool = True) -> dict[str, A
     if not full:
         for figures in results.values():
             figures.pop("step_build_ms")
-    values, met = checks(results)
     bound = floor(workload(), results["naive"]["total_input_tokens"])
+    values, met = checks(results, bound)
     # The floor is a claim about every strategy: check it against each one measured.
     bound["strategies_under_it"] = [
         name
@@ -411,7 +421,13 @@ def table(title: str, doc: dict[str, Any], console: Console) -> None:
     checked = doc["redfleet_vs_goals"]
     for name, ok in checked["met"].items():
         verdict = "[green]met[/]" if ok else "[red]missed[/]"
-        if name in GOALS:
+        if name == "input_vs_naive" and doc["floor"]["input_vs_naive_at_least"] > GOALS[name]:
+            value, goal = checked["values"][name], (
+                f"{GOALS[name]}, or {FLOOR_SLACK} x the floor of "
+                f"{doc['floor']['input_vs_naive_at_least']}"
+            )
+            console.print(f"  redfleet {name}: {value} (goal {goal}) {verdict}")
+        elif name in GOALS:
             value, goal = checked["values"][name], GOALS[name]
             console.print(f"  redfleet {name}: {value} (goal {goal}) {verdict}")
         else:

@@ -116,7 +116,7 @@ def test_a_large_result_the_model_has_not_seen_stays_whole() -> None:
 
 def test_two_results_of_one_turn_are_both_whole_in_the_next_call() -> None:
     calls = (ToolCall(id="a", name="fetch"), ToolCall(id="b", name="fetch"))
-    older = [m for i in range(4) for m in step(i, words(1_500, f"old{i}"))]
+    older = [m for i in range(8) for m in step(i, words(1_500, f"old{i}"))]  # past the room
     history = [
         *older,
         Message(role="assistant", content="both", tool_calls=calls),

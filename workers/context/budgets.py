@@ -11,8 +11,9 @@ change shows in the very next call without re-rendering the prefix.
 
 Defaults are per role and configurable. The slots' budgets add up to at most
 the high-water target (33k tokens by default), checked when the budgets are
-made, so every call fits it; a context is never sent above the hard ceiling
-(the kill switch).
+made, so every call fits it. Tool results may also take what the other slots
+leave unused of the target (``ContextBudgets.results_room``), never more; a
+context is never sent above the hard ceiling (the kill switch).
 """
 
 from __future__ import annotations
@@ -67,14 +68,15 @@ class StateBudget(BaseModel):
     """Tokens for each part of the working state; each compacts on its own.
 
     ``said`` holds the user's turns verbatim; ``notes`` the model's decisions,
-    facts, open questions and next action; ``pins`` the verbatim spans (a part
-    over budget archives its oldest, each listed in ``dropped``, never silently);
-    ``salient`` the identifiers kept for
-    what they are; ``identifiers``, ``artifacts`` and ``dropped`` the
-    code-owned indexes. A part over its budget archives its
-    oldest entries into the state's index artifact until it is at half its
-    budget (a compaction busts the cache, so it frees room for many steps).
-    The goal, phase, counters and named refs are small and always shown.
+    facts, open questions and next action; ``pins`` the verbatim spans;
+    ``salient`` the identifiers kept for what they are (named by the user, or
+    again by the model); ``identifiers``, ``artifacts`` and ``dropped`` the
+    code-owned indexes. A part over its budget, when the state is re-rendered,
+    archives its oldest entries into the state's index artifact until it is at
+    half its budget (names of one shape collapse first, see
+    ``compaction``); a user turn or a pin archived is listed in ``dropped``,
+    never lost silently. The goal, phase, counters and named refs are small
+    and always shown.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -96,20 +98,21 @@ class ClearingPolicy(BaseModel):
     """When tool results the model has seen are replaced by a stub with their handle.
 
     A result the model has not yet answered is never cleared. Clearing
-    starts once tool results in the context pass ``trigger`` tokens, clears
-    every seen result but the ``keep`` most recent, and clears at least
-    ``clear_at_least`` tokens or nothing. Each clearing invalidates the cached
-    prefix from the first cleared result on — everything after it is re-sent
-    uncached anyway — so a clearing is rare and takes all it may: one bust,
-    then a long run of calls on a stable prefix. Results of ``exclude_tools``
-    are never cleared.
+    starts once tool results in the context pass ``trigger`` tokens — by
+    default the room the rest of the call leaves of the high-water target
+    (``ContextBudgets.results_room``) — clears every seen result but the
+    ``keep`` most recent, and clears at least ``clear_at_least`` tokens or
+    nothing. Each clearing invalidates the cached prefix from the first
+    cleared result on — everything after it is re-sent uncached anyway — so a
+    clearing is rare and takes all it may: one bust, then a long run of calls
+    on a stable prefix. Results of ``exclude_tools`` are never cleared.
     """
 
     model_config = ConfigDict(frozen=True)
 
-    # Measured (benchmarks/token_economy.py): ~4 whole ~4k results stay seen before one
-    # clearing takes them all, which keeps the cacheable share of input at about 0.7.
-    trigger: int = Field(default=19_000, gt=0)
+    # Measured (benchmarks/token_economy.py): seen results kept until the call is near the
+    # target, then cleared together, keep the cacheable share of input at 0.75 or more.
+    trigger: int | None = Field(default=None, gt=0)
     keep: int = Field(default=0, ge=0)
     clear_at_least: int = Field(default=8_000, ge=0)
     exclude_tools: frozenset[str] = frozenset()
@@ -156,19 +159,28 @@ class ContextBudgets(BaseModel):
     def tokens(self, slot: Slot) -> int:
         return self.slots[slot].tokens
 
+    def results_room(self, used: int, tail: int) -> int:
+        """What tool results may take in a call whose stable slots use ``used`` tokens and
+        whose conversation tail holds ``tail``: their own budget at least, and what the
+        others leave unused of the target (the state and its changes counted at their
+        budgets, as they may grow by then) — never more, so a call stays within the target.
+        """
+        reserved = used + tail + self.tokens(Slot.STATE) + self.tokens(Slot.UPDATES)
+        return max(self.tokens(Slot.RESULTS), self.target_total - reserved)
 
-# They add up to the 33k target. Results take what the rest leave: the seen results kept
-# until a clearing (``ClearingPolicy.trigger``), or a parallel batch of two ~500-line
-# files, whole, while the model reads them.
+
+# They add up to the 33k target. Results take what the rest leave, and at run time also what
+# the others leave unused (``results_room``): the seen results kept until a clearing, or a
+# parallel batch of two ~500-line files, whole, while the model reads them.
 _DEFAULT_TOKENS = {
     Slot.SYSTEM: 3_000,
     Slot.TOOLS: 4_000,
     Slot.REFERENCE: 3_000,
-    Slot.STATE: 2_400,
+    Slot.STATE: 2_250,
     Slot.RETRIEVED: 600,
-    Slot.RESULTS: 16_000,
-    Slot.TAIL: 3_400,
-    Slot.UPDATES: 600,
+    Slot.RESULTS: 17_350,
+    Slot.TAIL: 2_400,
+    Slot.UPDATES: 400,
 }
 DEFAULT_BUDGETS = ContextBudgets(
     slots={
@@ -177,10 +189,22 @@ DEFAULT_BUDGETS = ContextBudgets(
     }
 )
 
-# Per role; every role starts from the defaults and may override any slot.
+
+
+def _with(budgets: ContextBudgets, **tokens: int) -> ContextBudgets:
+    """``budgets`` with some slots' tokens changed (checked again: they must still add up)."""
+    slots = {
+        slot: b.model_copy(update={"tokens": tokens.get(slot.value, b.tokens)})
+        for slot, b in budgets.slots.items()
+    }
+    return ContextBudgets.model_validate({**budgets.model_dump(), "slots": slots})
+
+
+# Per role; every role starts from the defaults and may override any slot. A coder writes
+# whole files as tool arguments, which stay in the tail: more tail, fewer results.
 ROLE_BUDGETS: dict[str, ContextBudgets] = {
     "planner": DEFAULT_BUDGETS,
-    "coder": DEFAULT_BUDGETS,
+    "coder": _with(DEFAULT_BUDGETS, tail=4_000, results=15_750),
     "reviewer": DEFAULT_BUDGETS,
     "subagent": DEFAULT_BUDGETS,
 }

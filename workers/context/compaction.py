@@ -17,6 +17,7 @@ budget, raises ``StateCompactionStuck``: it is a bug, not a log line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,6 +88,51 @@ def _notes(tok: Tokenizer, state: WorkingState, budget: int) -> tuple[int, int]:
     return decisions, facts
 
 
+# A name's shape: each run of digits a 9, each run of letters an a (``BILL-4017`` and
+# ``TASK-88`` are ``a-9``; ``services/ledger/cache_12.py`` is ``a/a/a_9.a``).
+_RUNS = re.compile(r"(\d+)|([^\W\d_]+)")
+_FAMILY = re.compile(r"^(\S+) \(\+(\d+) like it, archived\)$")
+FAMILY_SIZE = 3  # names of one shape that make a family
+
+
+def _shape(name: str) -> str:
+    return _RUNS.sub(lambda m: "9" if m[1] else "a", name)
+
+
+def _families(identifiers: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
+    """Names of one shape collapsed into their newest, with a count; and the members that left.
+
+    A flood of generated names is mostly such families (one ticket, version
+    or URL per file read): collapsing them keeps room for the names unlike
+    any other, which a recency rule would push out with the flood.
+    """
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for name in identifiers:
+        family = _FAMILY.match(name)
+        head, count = (family[1], int(family[2])) if family else (name, 0)
+        groups.setdefault(_shape(head), []).append((head, count))
+    left: list[str] = []
+    keep: dict[str, str] = {}
+    for shape, group in groups.items():
+        if len(group) < FAMILY_SIZE:
+            continue
+        newest, _ = group[-1]
+        total = sum(count + 1 for _, count in group) - 1
+        keep[shape] = f"{newest} (+{total} like it, archived)"
+        left += [head for head, _ in group[:-1]]
+    if not left:
+        return tuple(identifiers), []
+    collapsed: list[str] = []
+    for name in identifiers:
+        family = _FAMILY.match(name)
+        shape = _shape(family[1] if family else name)
+        if shape not in keep:
+            collapsed.append(name)
+        elif (family[1] if family else name) == keep[shape].split(" ", 1)[0]:
+            collapsed.append(keep[shape])
+    return tuple(dict.fromkeys(collapsed)), left
+
+
 def _plain(entry: Any) -> Any:
     if isinstance(entry, ArtifactRef):
         # Typed in the index too; the preview is left to the artifact itself.
@@ -128,11 +174,16 @@ def _compact_once(
         state = state.model_copy(
             update={"decisions": state.decisions[decisions:], "facts": state.facts[facts:]}
         ).keep_salient(extract(archived_text))
+    if _size(tok, state.identifiers) > budget.identifiers:
+        collapsed, members = _families(state.identifiers)
+        if members:
+            moved["identifiers"] = members
+            state = state.model_copy(update={"identifiers": collapsed})
     for part in _LISTS:
         entries = getattr(state, part)
         n = _oldest(tok, entries, getattr(budget, part))
         if n:
-            moved[part] = list(entries[:n])
+            moved[part] = [*moved.get(part, []), *entries[:n]]
             state = state.model_copy(update={part: entries[n:]})
             if part in ("said", "pins"):  # the words leave the view; the names in them stay
                 texts = [e if isinstance(e, str) else e.text for e in moved[part]]

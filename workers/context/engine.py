@@ -20,8 +20,9 @@ Cache discipline: the stable slots come first and are byte-identical from
 call to call; the working state's snapshot is re-rendered (and only then
 compacted) when its changes outgrow the small ``updates`` block that follows
 everything cached — a roll, a phase change or a part over its budget shows
-there first and busts nothing by itself; tool results are cleared in batches — so most of each call is a prefix the
-provider has already cached.
+there first and busts nothing by itself; tool results are cleared in batches,
+once the call nears the high-water target — so most of each call is a prefix
+the provider has already cached.
 """
 
 from __future__ import annotations
@@ -191,18 +192,20 @@ class ContextEngine:
         ]
         if request.reference:
             blocks.append(self._reference(request.reference, actions))
+        retrieved = self._retrieved(request.retrieved, actions) if request.retrieved else []
         offered = {t.name for t in tools}
         history, state = list(request.history), request.state
         fresh = _fresh(history)
         self._store_fresh(history, fresh)
         state = self._salient(state, history)
+        tail = sum(self.tok.count_message(m) for m in history if not m.is_tool_result)
+        room = self.budgets.results_room(sum(b.tokens for b in [*blocks, *retrieved]), tail)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
-        history, state = self._clear_seen(history, fresh, state, offered, actions)
-        state, history = self._roll(state, history, actions)
+        history, state = self._clear_seen(history, fresh, state, offered, room, actions)
+        state, history = self._roll(state, history, room, actions)
         state, snapshot, changes = self._state_blocks(state, actions)
         blocks.append(snapshot)
-        if request.retrieved:
-            blocks += self._retrieved(request.retrieved, actions)
+        blocks += retrieved
         blocks += [
             Block(
                 Slot.RESULTS if m.is_tool_result else Slot.TAIL, m.text(), self.tok.count_message(m)
@@ -429,12 +432,13 @@ class ContextEngine:
         fresh: set[int],
         state: WorkingState,
         offered: set[str],
+        room: int,
         actions: list[str],
     ) -> tuple[list[Message], WorkingState]:
         """Replace results the model has seen by stubs, in batches (see ``ClearingPolicy``)."""
         policy = self.budgets.clearing
         total = sum(self.tok.count_message(m) for m in history if m.is_tool_result)
-        if total <= policy.trigger:
+        if total <= (room if policy.trigger is None else policy.trigger):
             return history, state
         seen = [
             i
@@ -475,9 +479,10 @@ class ContextEngine:
         return cleared, state
 
     def _roll(
-        self, state: WorkingState, history: list[Message], actions: list[str]
+        self, state: WorkingState, history: list[Message], room: int, actions: list[str]
     ) -> tuple[WorkingState, list[Message]]:
-        """Roll the oldest whole turns into the state while the tail or the results overflow.
+        """Roll the oldest whole turns into the state while the tail or the results overflow
+        (the results: the ``room`` this call leaves them).
 
         The turn the model answers now (the latest assistant turn and what
         follows it) is never rolled. Rolled turns go to a transcript artifact;
@@ -486,18 +491,17 @@ class ContextEngine:
         to half the overflowing budget, so the cache bust it costs is rare.
         """
         tail_budget = self.budgets.slots[Slot.TAIL]
-        results_budget = self.budgets.tokens(Slot.RESULTS)
         sizes = [self.tok.count_message(m) for m in history]
         tail = sum(n for n, m in zip(sizes, history, strict=True) if not m.is_tool_result)
         results = sum(sizes) - tail
-        over_tail, over_results = tail > tail_budget.tokens, results > results_budget
+        over_tail, over_results = tail > tail_budget.tokens, results > room
         if not (over_tail or over_results):
             return state, history
         if tail_budget.overflow is Overflow.FAIL:
             raise PromptTooLarge(Slot.TAIL, tail, tail_budget.tokens)
         fresh = sum(sizes[i] for i in _fresh(history))
         tail_goal = tail_budget.tokens // 2 if over_tail else tail_budget.tokens
-        results_goal = (results_budget + fresh) // 2 if over_results else results_budget
+        results_goal = (room + fresh) // 2 if over_results else room
         grouped = turns(history)
         last = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
         rolled: list[Message] = []

@@ -5,16 +5,17 @@ The goal is pinned and never summarized away; so are the user's turns
 recent it is: identifiers the user named, or the model named again after a
 tool revealed them, are ``salient`` and have their own budget, so a flood of
 new names from tool results (``identifiers``, newest kept) cannot push them
-out. Counters, named artifact refs, the artifact list, the
-phase, the identifiers kept from reduced results and rolled turns, and the
-record of what left the context (``dropped``) are updated in code; only
-decisions, open questions, facts, pins (verbatim spans: quotes checked in
-their source) and the next action come from the model (through its ``note``
-tool, ``tools.notes``), each with the step and source it came from; the
-engine also pins the values the model wrote as arguments to tools that act. Every change returns a new version (immutable), so a
-checkpoint is the state itself. Artifacts are typed ``ArtifactRef``s, here
-and in the checkpoint; ``render`` is the one place they become text (a
-handle, a named ref's id), when a prompt is built.
+out. Counters, named artifact refs, the artifact list, the phase, the
+identifiers kept from reduced results and rolled turns, and the record of
+what left the context (``dropped``) are updated in code; only decisions, open
+questions, facts, pins (verbatim spans: quotes checked in their source) and
+the next action come from the model (through its ``note`` tool,
+``tools.notes``), each with the step and source it came from; the engine
+also pins the values the model wrote as arguments to tools that act. Every
+change returns a new version (immutable), so a checkpoint is the state
+itself. Artifacts are typed ``ArtifactRef``s, here and in the checkpoint;
+``render`` is the one place they become text (a handle, a named ref's id),
+when a prompt is built.
 
 Every part is bounded (``compaction.fit`` archives the oldest entries of a
 part over its budget into the ``index`` artifact, leaving their count).
@@ -182,9 +183,8 @@ class WorkingState(BaseModel):
         takes their place. ``replaces`` names a value this one corrects: every
         pin holding it leaves, and ``dropped`` says it was superseded.
         """
-        if not text or any(text in p.text for p in self.pins):
-            if not replaces:
-                return self
+        if not text or (not replaces and any(text in p.text for p in self.pins)):
+            return self
         kept = tuple(p for p in self.pins if p.text not in text)
         superseded = [p for p in kept if replaces and replaces in p.text]
         kept = tuple(p for p in kept if p not in superseded)
