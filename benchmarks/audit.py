@@ -125,6 +125,7 @@ def system_prompt() -> str:
 def tools() -> list[ToolSpec]:
     rng = random.Random(12)
     names = ["read_file", "read_lines", "grep_artifact", "list_dir", "run_tests", "open_issue"]
+    reads = {"read_file", "read_lines", "grep_artifact", "list_dir"}
     return [
         ToolSpec(
             name=name,
@@ -137,6 +138,7 @@ def tools() -> list[ToolSpec]:
                     for i in range(4)
                 },
             },
+            read_only=name in reads,
         )
         for name in names
     ]

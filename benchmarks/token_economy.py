@@ -118,6 +118,18 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(vocab) for _ in range(n))
 
 
+# The tools that only read (their arguments are addresses, not the model's decisions).
+READS = {
+    "fetch_page",
+    "search_web",
+    "extract_table",
+    "read_lines",
+    "grep_artifact",
+    "lookup_account",
+    "validate_email",
+}
+
+
 def system_prompt() -> str:
     rng = random.Random(1)
     rules = [f"Rule {i}: {_words(rng, 40)}." for i in range(1, 50)]
@@ -143,6 +155,7 @@ def tools() -> list[ToolSpec]:
                 },
             },
             phases=frozenset({phase}) if phase else frozenset(),
+            read_only=name in READS,
         )
         for name, phase in names
     ]
@@ -422,9 +435,12 @@ def table(title: str, doc: dict[str, Any], console: Console) -> None:
     for name, ok in checked["met"].items():
         verdict = "[green]met[/]" if ok else "[red]missed[/]"
         if name == "input_vs_naive" and doc["floor"]["input_vs_naive_at_least"] > GOALS[name]:
-            value, goal = checked["values"][name], (
-                f"{GOALS[name]}, or {FLOOR_SLACK} x the floor of "
-                f"{doc['floor']['input_vs_naive_at_least']}"
+            value, goal = (
+                checked["values"][name],
+                (
+                    f"{GOALS[name]}, or {FLOOR_SLACK} x the floor of "
+                    f"{doc['floor']['input_vs_naive_at_least']}"
+                ),
             )
             console.print(f"  redfleet {name}: {value} (goal {goal}) {verdict}")
         elif name in GOALS:

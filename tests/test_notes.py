@@ -133,8 +133,8 @@ def test_a_note_over_the_text_limit_is_a_tool_error_not_a_cut(state: State) -> N
     long = {**FACT, "text": "x" * (MAX_NOTE_CHARS + 1)}
     agent, _, outcome = planned(state, note(**long), {"text": "done"})
     assert results(outcome) == [
-        f"error: bad arguments for note: text: String should have at most {MAX_NOTE_CHARS} "
-        "characters"
+        f"error: bad arguments for note: text: Value error, a fact is at most {MAX_NOTE_CHARS} "
+        "characters (a quote 1000): write a shorter one"
     ]
     assert agent.context.state.facts == ()
 

@@ -190,7 +190,6 @@ DEFAULT_BUDGETS = ContextBudgets(
 )
 
 
-
 def _with(budgets: ContextBudgets, **tokens: int) -> ContextBudgets:
     """``budgets`` with some slots' tokens changed (checked again: they must still add up)."""
     slots = {

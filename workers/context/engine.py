@@ -53,12 +53,20 @@ _CUT_MARK_TOKENS = 80
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool the model may call; ``phases`` empty means every phase."""
+    """A tool the model may call; ``phases`` empty means every phase.
+
+    ``read_only``: the tool only reads (MCP's ``readOnlyHint``). The values
+    the model writes as arguments to a tool that acts — a branch name it
+    chose, a command line, a short block — are its own decisions, pinned
+    verbatim when their turn rolls out of the tail; a reader's arguments are
+    addresses, kept as identifiers like any other.
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
     phases: frozenset[str] = frozenset()
+    read_only: bool = False
 
     def schema_text(self) -> str:
         return json.dumps(
@@ -162,6 +170,39 @@ def _record_hidden(
     )
 
 
+# A value the model wrote as an argument is pinned when it is at most this long: a name, a
+# command line, a short block; a whole file it wrote is in the workspace, not the state.
+PINNED_ARGUMENT_CHARS = 300
+
+
+def _pin_arguments(state: WorkingState, rolled: list[Message], acting: set[str]) -> WorkingState:
+    """Pin the string values the model wrote as arguments to tools that act.
+
+    A value already in a note or pin the state shows adds nothing (a note's
+    own arguments are the note).
+    """
+    noted = [*(f.text for f in state.facts), *(d.text for d in state.decisions)]
+    for message in rolled:
+        for call in message.tool_calls:
+            if call.name not in acting:
+                continue
+            for value in _strings(call.arguments):
+                if 0 < len(value) <= PINNED_ARGUMENT_CHARS and not any(value in n for n in noted):
+                    state = state.pin(value, source=f"your {call.name} call", step=0)
+    return state
+
+
+def _strings(value: Any) -> list[str]:
+    """The string values in a call's arguments, nested ones too, in order."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 class ContextEngine:
     """Builds budgeted prompts for one task (it remembers the last state snapshot)."""
 
@@ -202,7 +243,8 @@ class ContextEngine:
         room = self.budgets.results_room(sum(b.tokens for b in [*blocks, *retrieved]), tail)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
         history, state = self._clear_seen(history, fresh, state, offered, room, actions)
-        state, history = self._roll(state, history, room, actions)
+        acting = {t.name for t in request.tools if not t.read_only}
+        state, history = self._roll(state, history, room, acting, actions)
         state, snapshot, changes = self._state_blocks(state, actions)
         blocks.append(snapshot)
         blocks += retrieved
@@ -479,7 +521,12 @@ class ContextEngine:
         return cleared, state
 
     def _roll(
-        self, state: WorkingState, history: list[Message], room: int, actions: list[str]
+        self,
+        state: WorkingState,
+        history: list[Message],
+        room: int,
+        acting: set[str],
+        actions: list[str],
     ) -> tuple[WorkingState, list[Message]]:
         """Roll the oldest whole turns into the state while the tail or the results overflow
         (the results: the ``room`` this call leaves them).
@@ -487,8 +534,10 @@ class ContextEngine:
         The turn the model answers now (the latest assistant turn and what
         follows it) is never rolled. Rolled turns go to a transcript artifact;
         the user's words in them are pinned verbatim, the identifiers they
-        name (a reduced result's from its full text) are kept. Rolling goes
-        to half the overflowing budget, so the cache bust it costs is rare.
+        name (a reduced result's from its full text) are kept, and so are the
+        values the model wrote as arguments to tools that act, verbatim
+        (``_pin_arguments``). Rolling goes to half the overflowing budget, so
+        the cache bust it costs is rare.
         """
         tail_budget = self.budgets.slots[Slot.TAIL]
         sizes = [self.tok.count_message(m) for m in history]
@@ -532,6 +581,7 @@ class ContextEngine:
                 named += [n for n in extract(m.text()) if not _ARTIFACT_ID.fullmatch(n)]
         said = [m.content for m in rolled if m.role == "user"]
         state = state.pin_said(said).keep_identifiers(named).add_artifact(ref)
+        state = _pin_arguments(state, rolled, acting)
         actions.append(
             f"rolled {len(rolled)} messages into state ({ref.id}): "
             f"{len(said)} user turns pinned, {len(set(named))} identifiers kept"

@@ -268,7 +268,8 @@ def entry_text(entry: Any) -> str:
     if isinstance(entry, str):
         head, text = "-", entry
     elif isinstance(entry, Fact | Pin):
-        head, text = f"- [step {entry.step}, {entry.source or 'no source'}]", entry.text
+        step = f"step {entry.step}, " if entry.step else ""
+        head, text = f"- [{step}{entry.source or 'no source'}]", entry.text
     else:  # a decision
         head, text = f"- [step {entry.step}]", entry.text
     if "\n" in text:

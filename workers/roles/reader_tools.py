@@ -55,10 +55,13 @@ def reader_tools(task: AgentTask, phases_of: Mapping[str, Sequence[str]]) -> lis
     for name, phases in phases_of.items():
         if name == "list_workspace":
             description = "The files the job's coders wrote: path and artifact handle."
-            tools.append(Tool(name, description, NoArgs, _workspace(task), phases=phases))
+            tools.append(
+                Tool(name, description, NoArgs, _workspace(task), phases=phases, read_only=True)
+            )
             continue
         description, arguments, read = readers[name]
-        tools.append(Tool(name, description, arguments, _reader(task, read), phases=phases))
+        reader = _reader(task, read)
+        tools.append(Tool(name, description, arguments, reader, phases=phases, read_only=True))
     return tools
 
 

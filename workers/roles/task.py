@@ -58,6 +58,7 @@ from ..tools import (
     ToolBox,
     ToolResult,
     as_data,
+    verbatim_in,
     write_note,
 )
 from ..tools.memory import DESCRIPTION as MEMORY_DESCRIPTION
@@ -433,6 +434,8 @@ class AgentTask:
         """Write the model's note into the working state (its own parts only)."""
         if a.kind == "fact":
             self._check_source(a.source)
+        if a.kind == "quote":
+            verbatim_in(a, redact(self._source_text(a.source)))
         room = ROLE_BUDGETS[self.role_name].state.notes // 2
         if a.kind in ("fact", "decision"):
             self._remember(a, ctx.step)
@@ -456,6 +459,20 @@ class AgentTask:
             self.run.state.memory.write(self.memory, claim)
         except MemoryRefused as exc:  # a secret, or something forgotten: not noted either
             raise ToolRefused(str(exc)) from exc
+
+    def _source_text(self, source: str) -> str:
+        """What a quote may be taken from: what the user gave the job (its goal, constraints
+        and brief, and what they said to this task), an artifact of the job, or a file of
+        its workspace."""
+        self._check_source(source)
+        if source == USER:
+            job = self.run.job
+            constraints = json.loads(job.constraints or "[]")
+            brief = self.input.brief if self.input else ""
+            return "\n".join([job.goal, *constraints, brief, *self.context.state.said])
+        if ARTIFACT_ID.fullmatch(source):
+            return self.artifacts.text(source)
+        return self.workspace.text(str(workspace_path(source)))
 
     def _check_source(self, source: str) -> None:
         """A fact's source exists: "user", an artifact of the job or a file of its workspace."""

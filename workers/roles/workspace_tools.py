@@ -217,6 +217,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             FindArgs,
             find_files,
             phases=phases,
+            read_only=True,
         ),
         Tool(
             "grep_workspace",
@@ -224,6 +225,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             GrepArgs,
             grep_workspace,
             phases=phases,
+            read_only=True,
         ),
         Tool(
             "read_file",
@@ -231,6 +233,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             ReadFileArgs,
             read_file,
             phases=phases,
+            read_only=True,
         ),
     ]
 

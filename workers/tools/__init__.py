@@ -1,6 +1,6 @@
 """Tools the roles offer to the model: one object each, typed results (``tool``)."""
 
-from .notes import ARTIFACT_ID, MAX_NOTE_CHARS, USER, Note
+from .notes import ARTIFACT_ID, MAX_NOTE_CHARS, USER, Note, verbatim_in
 from .notes import DESCRIPTION as NOTE_DESCRIPTION
 from .notes import write as write_note
 from .readers import (
@@ -30,5 +30,6 @@ __all__ = [
     "lines_budget",
     "read_lines",
     "slim",
+    "verbatim_in",
     "write_note",
 ]

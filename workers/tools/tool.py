@@ -70,12 +70,15 @@ class Tool:
         function: Callable[[RunContext, Any], ToolResult],
         *,
         phases: Iterable[str] = (),
+        read_only: bool = False,
     ) -> None:
         self.name = name
         self.arguments = arguments
         self.function = function
         # Made once: the tools slot is the same bytes in every call of a phase.
-        self.spec = ToolSpec(name, description, arguments.model_json_schema(), frozenset(phases))
+        self.spec = ToolSpec(
+            name, description, arguments.model_json_schema(), frozenset(phases), read_only
+        )
 
     def run(self, context: RunContext, call: ToolCall) -> ToolResult:
         """The call's result; a refusal of its input is a result marked ``error``."""
