@@ -138,7 +138,7 @@ def tools() -> list[ToolSpec]:
                     for i in range(4)
                 },
             },
-            read_only=name in reads,
+            keeps_arguments=name not in reads,
         )
         for name in names
     ]

@@ -11,7 +11,12 @@ it ("Noted: ..." / "Decided: ..."). No model-written notes reach the state.
 The second, ``audit`` (see ``audit``), is a long code audit reading ~500-line
 files, two at a time every third step, with items of shapes the extractor
 was not written around planted mid-file and in user turns, run to 300 and
-1,000 steps.
+1,000 steps. The third, ``oncall`` (see ``oncall``), is shaped unlike both: a
+1,000-step shift of results of every size flooding the context with new
+identifiers, items of every shape (code blocks, cron lines, flags, CJK and
+Cyrillic text, a corrected value, a standing instruction given mid-run, the
+model's own tool arguments), and an honest stand-in model that quotes only
+what it was shown; its recall is reported item by item.
 
 Every strategy runs the same workload. For each: total input tokens,
 last-call tokens, high-water, the share of input tokens in a prefix shared
@@ -22,7 +27,8 @@ VERBATIM in the call that needs them, and separately the share reachable
 through an artifact handle in that call — results cleared before the model
 saw them, orphaned tool calls or results, state tokens, the kill switch, and
 the CPU time to build a step's context (median of the builds around steps
-10, 100 and 1,000).
+10, 100 and 1,000; each strategy starts with the tokenizer's count cache
+empty, as in a fresh process).
 
 Run:  python benchmarks/token_economy.py [--json] [--quick]
 """
@@ -30,6 +36,7 @@ Run:  python benchmarks/token_economy.py [--json] [--quick]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import re
@@ -39,7 +46,9 @@ import time
 from typing import Any
 
 from audit import AUDIT_STEPS, AuditWorkload
+from oncall import ONCALL_STEPS, OncallWorkload
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from shared_state import MemoryArtifacts, NotFound
@@ -72,7 +81,7 @@ GOALS = {
     "cleared_before_seen": 0,
     "orphans": 0,
     "state_over_budget": 0,  # steps whose state passed its budget
-    "build_growth": 1.5,  # build time at the last window over the first
+    "build_growth": 1.5,  # build CPU time at the last window over the first
 }
 # step -> (identifier, the model's note when it sees it, is it a decision)
 PLANTED = {
@@ -155,7 +164,7 @@ def tools() -> list[ToolSpec]:
                 },
             },
             phases=frozenset({phase}) if phase else frozenset(),
-            read_only=name in READS,
+            keeps_arguments=name not in READS,
         )
         for name, phase in names
     ]
@@ -229,6 +238,31 @@ def reachable(context: str, sink: MemoryArtifacts) -> str:
     return "\n".join(texts)
 
 
+def present(need: Any, text: str) -> bool:
+    """A needed item is verbatim in ``text``; one that corrected a value also needs the old
+    value gone, or shown only on a line that marks it superseded."""
+    if isinstance(need, str):
+        return need in text
+    if need.text not in text:
+        return False
+    if need.absent:
+        lines = (line for line in text.splitlines() if need.absent in line)
+        return all("superseded" in line for line in lines)
+    return True
+
+
+def item_report(need: Any, step: int, hit: bool) -> dict[str, Any]:
+    first = need.text.splitlines()[0]
+    return {
+        "item": first[:48] + (" …" if len(first) > 48 or "\n" in need.text else ""),
+        "shape": need.shape,
+        "where": need.where,
+        "revealed": need.revealed,
+        "needed": step,
+        "verbatim": hit,
+    }
+
+
 def orphans(messages: list[Message]) -> int:
     """Tool results without their call before them, and calls without their result."""
     called: set[str] = set()
@@ -242,9 +276,9 @@ def orphans(messages: list[Message]) -> int:
     return bad + len(called - answered)
 
 
-def windows(build_ms: list[float]) -> dict[str, float]:
-    """Median build time of the ten builds around steps 10, 100 and the last one."""
-    at = {10: build_ms[5:15], 100: build_ms[95:105], len(build_ms): build_ms[-10:]}
+def windows(values: list[float]) -> dict[str, float]:
+    """The median of the twenty values around steps 10, 100 and the last one."""
+    at = {10: values[2:22], 100: values[90:110], len(values): values[-20:]}
     return {f"step_{k}": round(statistics.median(v), 3) for k, v in at.items() if len(v) >= 5}
 
 
@@ -274,6 +308,7 @@ def floor(workload: Any, naive_input: int) -> dict[str, Any]:
 
 
 def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[str, Any]:
+    tokenizer_for().forget()  # no strategy's build times ride on counts cached by another
     sink = MemoryArtifacts()
     strategy: ContextStrategy = make(sink)
     ledger = CallLedger(model=model)
@@ -286,6 +321,7 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
     state_tokens: dict[str, int] = {}
     state_max = over_budget = 0
     killed = ""
+    items: list[dict[str, Any]] = []
     tok = tokenizer_for()
     state_budget = DEFAULT_BUDGETS.tokens(Slot.STATE)
     for step in range(1, workload.steps + 1):
@@ -293,8 +329,14 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         delivered = sum(len(m.content.encode()) for m in new if m.is_tool_result)
         unseen = {m.tool_call_id for m in new if m.is_tool_result}
         state = state.count("steps").with_phase("enrich" if step > 25 else "research")
+        if hasattr(workload, "write_notes"):  # the model's notes of this turn, as its tool writes
+            state = workload.write_notes(state, step)
         history += new
         request = ContextRequest(system=system, tools=specs, state=state, history=history)
+        # What the run holds so far (every artifact of this in-memory store, the model's
+        # copies) is not the engine's: frozen, so the collector does not walk it again in
+        # the timed build — a heap that grows with the harness is not growth of the build.
+        gc.freeze()
         started = time.process_time()  # CPU time: wall time on a shared machine measures it
         try:
             prompt = strategy.build(request)
@@ -308,13 +350,20 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
                 cleared_unseen += m.reduced == "cleared"
                 cut_unseen += m.reduced == "cut"
         orphaned += orphans(prompt.messages)
+        if hasattr(workload, "observe"):  # the model reads the context it was sent
+            workload.observe(prompt)
         needs = workload.needs(step)
         if needs:
             text = prompt.text()
             everything = reachable(text, sink)
             needed += len(needs)
-            verbatim += sum(item in text for item in needs)
-            reachable_items += sum(item in everything for item in needs)
+            for need in needs:
+                hit = present(need, text)
+                verbatim += hit
+                # Reachable: the text somewhere it can be read (old values are there too).
+                reachable_items += (need if isinstance(need, str) else need.text) in everything
+                if not isinstance(need, str):
+                    items.append(item_report(need, step, hit))
         tokens = tok.count_lines(state.render())
         state_max = max(state_max, tokens)
         over_budget += tokens > state_budget
@@ -343,6 +392,7 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
         "state_max_tokens": state_max,
         "state_over_budget": over_budget,
         "kill_switch": killed,
+        **({"items": items} if items else {}),
         "build_ms": windows(build_ms),
         "step_build_ms": [round(ms, 3) for ms in build_ms],
     }
@@ -461,6 +511,18 @@ def table(title: str, doc: dict[str, Any], console: Console) -> None:
         console.print(f"  [red]the floor is wrong: under it: {bound['strategies_under_it']}[/]")
 
 
+def item_table(items: list[dict[str, Any]], console: Console) -> None:
+    """Verbatim recall item by item: what it is, where it came from, and each miss."""
+    grid = Table(title="oncall, redfleet: each item in the call that needs it")
+    for col in ("item", "shape", "where", "revealed", "needed", "verbatim"):
+        grid.add_column(col, justify="right" if col in ("revealed", "needed") else "left")
+    for i in items:
+        hit = "[green]yes[/]" if i["verbatim"] else "[red]MISSED[/]"
+        grid.add_row(escape(i["item"]), i["shape"], i["where"], str(i["revealed"]),
+                     str(i["needed"]), hit)  # fmt: skip
+    console.print(grid)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print a JSON document")
@@ -469,12 +531,14 @@ def main() -> None:
     args = parser.parse_args()
     tokenizer_for()  # load the encoding before anything is timed
     lengths = AUDIT_STEPS[:1] if args.quick else AUDIT_STEPS
+    oncall = 300 if args.quick else ONCALL_STEPS
     doc: dict[str, Any] = {
         "enrichment": run_workload(EnrichmentWorkload, args.model),
         **{
             f"audit_{n}": run_workload(lambda n=n: AuditWorkload(n), args.model, full=False)
             for n in lengths
         },
+        "oncall": run_workload(lambda: OncallWorkload(oncall), args.model, full=False),
         "model_prices": args.model,
         "summaries": "extractive stand-in (no model is called)",
     }
@@ -486,6 +550,9 @@ def main() -> None:
     for n in lengths:
         table(f"audit: {n} steps, ~500-line files, two reads every third step",
               doc[f"audit_{n}"], console)  # fmt: skip
+    table(f"oncall: {oncall} steps, logs of every size, items of every shape",
+          doc["oncall"], console)  # fmt: skip
+    item_table(doc["oncall"]["strategies"]["redfleet"]["items"], console)
 
 
 if __name__ == "__main__":

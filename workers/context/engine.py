@@ -55,18 +55,18 @@ _CUT_MARK_TOKENS = 80
 class ToolSpec:
     """A tool the model may call; ``phases`` empty means every phase.
 
-    ``read_only``: the tool only reads (MCP's ``readOnlyHint``). The values
-    the model writes as arguments to a tool that acts — a branch name it
-    chose, a command line, a short block — are its own decisions, pinned
-    verbatim when their turn rolls out of the tail; a reader's arguments are
-    addresses, kept as identifiers like any other.
+    ``keeps_arguments``: the values the model writes as this tool's
+    arguments are its own decisions — a branch name it chose, a command line,
+    a short block — pinned verbatim when their turn rolls out of the tail.
+    False for a reader (its arguments are addresses, kept as identifiers like
+    any other) and for the ``note`` tool (its arguments are the note).
     """
 
     name: str
     description: str
     parameters: dict[str, Any]
     phases: frozenset[str] = frozenset()
-    read_only: bool = False
+    keeps_arguments: bool = True
 
     def schema_text(self) -> str:
         return json.dumps(
@@ -243,7 +243,7 @@ class ContextEngine:
         room = self.budgets.results_room(sum(b.tokens for b in [*blocks, *retrieved]), tail)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
         history, state = self._clear_seen(history, fresh, state, offered, room, actions)
-        acting = {t.name for t in request.tools if not t.read_only}
+        acting = {t.name for t in request.tools if t.keeps_arguments}
         state, history = self._roll(state, history, room, acting, actions)
         state, snapshot, changes = self._state_blocks(state, actions)
         blocks.append(snapshot)

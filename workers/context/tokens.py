@@ -56,6 +56,11 @@ class Tokenizer:
                 self._counts.popitem(last=False)
         return n
 
+    def forget(self) -> None:
+        """Empty the count cache (a benchmark starts each strategy as a fresh process would)."""
+        with self._lock:
+            self._counts.clear()
+
     def count_lines(self, text: str) -> int:
         """``count`` of a multi-line text, line by line: a changed line costs only itself.
 

@@ -56,12 +56,21 @@ def reader_tools(task: AgentTask, phases_of: Mapping[str, Sequence[str]]) -> lis
         if name == "list_workspace":
             description = "The files the job's coders wrote: path and artifact handle."
             tools.append(
-                Tool(name, description, NoArgs, _workspace(task), phases=phases, read_only=True)
+                Tool(
+                    name,
+                    description,
+                    NoArgs,
+                    _workspace(task),
+                    phases=phases,
+                    keeps_arguments=False,
+                )
             )
             continue
         description, arguments, read = readers[name]
         reader = _reader(task, read)
-        tools.append(Tool(name, description, arguments, reader, phases=phases, read_only=True))
+        tools.append(
+            Tool(name, description, arguments, reader, phases=phases, keeps_arguments=False)
+        )
     return tools
 
 

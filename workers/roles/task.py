@@ -404,7 +404,7 @@ class AgentTask:
         every = [
             *tools,
             Tool("memory", MEMORY_DESCRIPTION, MemoryArgs, memory),
-            Tool("note", NOTE_DESCRIPTION, Note, self._note),
+            Tool("note", NOTE_DESCRIPTION, Note, self._note, keeps_arguments=False),
         ]
         gated = set(self.run.job.approve.split(","))
         return [self._asking(t) if t.name in gated else t for t in every]

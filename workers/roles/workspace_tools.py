@@ -217,7 +217,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             FindArgs,
             find_files,
             phases=phases,
-            read_only=True,
+            keeps_arguments=False,
         ),
         Tool(
             "grep_workspace",
@@ -225,7 +225,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             GrepArgs,
             grep_workspace,
             phases=phases,
-            read_only=True,
+            keeps_arguments=False,
         ),
         Tool(
             "read_file",
@@ -233,7 +233,7 @@ def workspace_readers(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
             ReadFileArgs,
             read_file,
             phases=phases,
-            read_only=True,
+            keeps_arguments=False,
         ),
     ]
 

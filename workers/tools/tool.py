@@ -70,14 +70,14 @@ class Tool:
         function: Callable[[RunContext, Any], ToolResult],
         *,
         phases: Iterable[str] = (),
-        read_only: bool = False,
+        keeps_arguments: bool = True,
     ) -> None:
         self.name = name
         self.arguments = arguments
         self.function = function
         # Made once: the tools slot is the same bytes in every call of a phase.
         self.spec = ToolSpec(
-            name, description, arguments.model_json_schema(), frozenset(phases), read_only
+            name, description, arguments.model_json_schema(), frozenset(phases), keeps_arguments
         )
 
     def run(self, context: RunContext, call: ToolCall) -> ToolResult:
