@@ -238,7 +238,7 @@ def test_a_user_turn_over_its_budget_is_a_visible_loss() -> None:
     assert speech not in prompt.text()
     (lost,) = [d for d in prompt.state.dropped if d.startswith("user turn")]
     assert prompt.state.index in lost and speech in index_chain(sink, prompt.state.index)
-    assert any("user turns or kept spans over their budget" in a for a in prompt.actions)
+    assert any("notes, user turns or pins over their budget" in a for a in prompt.actions)
 
 
 def test_the_kill_switch_fires_before_a_call_over_the_ceiling_with_a_diagnostic() -> None:

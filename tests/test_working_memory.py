@@ -170,8 +170,8 @@ def test_the_models_own_argument_is_pinned_whole_and_a_readers_is_not() -> None:
         prompt = run.turn(flood(step), flood(step + 1000))
         step += 1
         assert step < 1_000, "the turn never rolled out of the tail"
-    for step in range(step, step + 50):
-        prompt = run.turn(flood(step))
+    for later in range(step, step + 50):
+        prompt = run.turn(flood(later))
     assert any(p.text == branch and "create_branch" in p.source for p in run.state.pins)
     assert branch in prompt.text()
     assert not any(p.text == "ledger" for p in run.state.pins)  # read_log's argument
@@ -234,3 +234,25 @@ def test_a_call_stays_within_the_target_while_results_use_the_room_others_leave(
         prompt = run.turn(flood(step), flood(step + 1000))
         highest = max(highest, prompt.total_tokens)
     assert DEFAULT_BUDGETS.tokens(Slot.RESULTS) < highest <= DEFAULT_BUDGETS.target_total
+
+
+def test_notes_merge_what_they_repeat_and_archived_ones_are_said_dropped() -> None:
+    state = WorkingState(goal="g")
+    for step, text in enumerate(["ledger lags", "ledger lags", "ledger lags by 40 s on fx"], 1):
+        state = write_note(
+            state, Note(kind="fact", text=text, source="user"), step=step, tok=TOK, room=99
+        )
+    assert [f.text for f in state.facts] == ["ledger lags by 40 s on fx"]  # merged, not three
+    run = Run()
+    for step in range(1, 60):
+        run.state = write_note(
+            run.state,
+            Note(kind="fact", text=f"order {7_740_000 + step} ships from W{step}", source="user"),
+            step=step,
+            tok=TOK,
+            room=99,
+        )
+        run.turn(flood(step))
+    assert run.state.archived["facts"] > 0
+    told = "\n".join(run.state.dropped) + run.sink.text(run.state.index)
+    assert "earlier notes of steps 1-" in told  # archived, and said so

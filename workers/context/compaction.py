@@ -133,6 +133,13 @@ def _families(identifiers: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
     return tuple(dict.fromkeys(collapsed)), left
 
 
+def _notes_line(notes: list[Any], index: str) -> str:
+    """One ``dropped`` line for the notes a compaction archived: how many, of which steps."""
+    steps = sorted({n.step for n in notes})
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    return f"{len(notes)} earlier notes of {span} (in {index}; their identifiers kept)"
+
+
 def _plain(entry: Any) -> Any:
     if isinstance(entry, ArtifactRef):
         # Typed in the index too; the preview is left to the artifact itself.
@@ -194,12 +201,14 @@ def _compact_once(
         state, index = _index(state, moved, sink)
         counts = ", ".join(f"{len(v)} {part}" for part, v in moved.items())
         actions.append(f"state archived into {index}: {counts}")
-        lost = [f"user turn {t[:60]!r} (in {index})" for t in moved.get("said", [])]
+        notes = [*moved.get("decisions", []), *moved.get("facts", [])]
+        lost = [_notes_line(notes, index)] if notes else []
+        lost += [f"user turn {t[:60]!r} (in {index})" for t in moved.get("said", [])]
         lost += [f"kept span {p.text[:60]!r} (in {index})" for p in moved.get("pins", [])]
         if lost:
             # Archived, not deleted, but no longer in front of the model: say so.
             state = state.record_dropped(lost)
-            actions.append(f"user turns or kept spans over their budget: {len(lost)}, in {index}")
+            actions.append(f"notes, user turns or pins over their budget, in {index}")
     n = _oldest(tok, state.dropped, budget.dropped)
     if n:
         old, kept = list(state.dropped[:n]), state.dropped[n:]

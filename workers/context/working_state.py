@@ -207,13 +207,14 @@ class WorkingState(BaseModel):
         facts: Iterable[tuple[str, str]] = (),
         next_action: str | None = None,
     ) -> WorkingState:
+        """The model's notes written in (merged with those they repeat, see ``_merged``)."""
         resolved = set(resolved_questions)
         return self._next(
-            decisions=(*self.decisions, *(Decision(text=d, step=step) for d in decisions)),
+            decisions=_merged(self.decisions, [Decision(text=d, step=step) for d in decisions]),
             open_questions=tuple(
                 q for q in (*self.open_questions, *open_questions) if q not in resolved
             ),
-            facts=(*self.facts, *(Fact(text=t, source=s, step=step) for t, s in facts)),
+            facts=_merged(self.facts, [Fact(text=t, source=s, step=step) for t, s in facts]),
             next_action=self.next_action if next_action is None else next_action,
         )
 
@@ -245,6 +246,18 @@ class WorkingState(BaseModel):
             else:
                 lines.append(f"{label}: {value}")
         return "\n".join(lines)
+
+
+def _merged(kept: tuple[Any, ...], new: list[Any]) -> tuple[Any, ...]:
+    """Notes merged, never dropped: a new note already held in a kept one adds nothing, and
+    one that holds kept ones takes their place (it says all they said)."""
+    out = list(kept)
+    for note in new:
+        if any(note.text in k.text for k in out):
+            continue
+        out = [k for k in out if k.text not in note.text]
+        out.append(note)
+    return tuple(out)
 
 
 # How a part is labelled in ``render``, where its name alone would say less.
