@@ -238,12 +238,12 @@ class ContextEngine:
         history, state = list(request.history), request.state
         fresh = _fresh(history)
         self._store_fresh(history, fresh)
-        state = self._salient(state, history)
+        acting = {t.name for t in request.tools if t.keeps_arguments}
+        state = self._salient(state, history, acting)
         tail = sum(self.tok.count_message(m) for m in history if not m.is_tool_result)
         room = self.budgets.results_room(sum(b.tokens for b in [*blocks, *retrieved]), tail)
         history, state = self._cut_fresh(history, fresh, state, offered, actions)
         history, state = self._clear_seen(history, fresh, state, offered, room, actions)
-        acting = {t.name for t in request.tools if t.keeps_arguments}
         state, history = self._roll(state, history, room, acting, actions)
         state, snapshot, changes = self._state_blocks(state, actions)
         blocks.append(snapshot)
@@ -409,21 +409,36 @@ class ContextEngine:
             if not _is_reduced(history[i]):
                 self._store(history[i], calls.get(history[i].tool_call_id or ""))
 
-    def _salient(self, state: WorkingState, history: list[Message]) -> WorkingState:
+    def _salient(
+        self, state: WorkingState, history: list[Message], acting: set[str]
+    ) -> WorkingState:
         """Identifiers the model names again after a tool revealed them become salient.
 
-        Read once per message: the messages after those of the history the
-        task kept from the last call (all of them if it kept another).
+        Named in its own words or in the arguments of a tool that acts; a
+        reader's arguments are addresses (reading a path a listing showed is
+        not naming it again). Read once per message: the messages after those
+        of the history the task kept from the last call (all of them if it
+        kept another).
         """
         new = history[self._read :] if len(history) >= self._read else history
-        said = [m for m in new if m.role == "assistant"]
-        if not said:
+        words = [m.content for m in new if m.role == "assistant"]
+        words += [
+            c.arguments_json
+            for m in new
+            if m.role == "assistant"
+            for c in m.tool_calls
+            if c.name in acting
+        ]
+        named = [n for text in words for n in extract(text)]
+        if not named:
             return state
-        revealed = set(state.identifiers)
-        for reduced in self._reduced.values():
-            revealed.update(reduced.identifiers)
-        named = [n for m in said for n in extract(m.text()) if n in revealed]
-        return state.keep_salient(named)
+        known = set(state.identifiers)
+        revealed = [
+            n
+            for n in named
+            if n in known or any(n in r.identifiers for r in self._reduced.values())
+        ]
+        return state.keep_salient(revealed)
 
     def _cut_fresh(
         self,
