@@ -318,9 +318,13 @@ def forget(
     quoted it are redacted. A quote is the whole text (or an identifier in
     it, such as ACCT-7Q2X9) standing on its own, never inside a longer word;
     a text under 12 characters is not looked for (it cannot be told from the
-    same letters elsewhere): such an item is listed as not searched. What
-    was forgotten cannot be written back by a worker (it may by you, with
-    `memory add`). Try --dry-run first.
+    same letters elsewhere): such an item is listed as not searched. A quote
+    is found in any case and however its spaces run; the job's goal and the
+    tasks' briefs are redacted too, and event entries removed with their
+    bytes. Then Redis rewrites its append-only file (and saves a snapshot,
+    where it keeps them) and the forget waits for it: the output says what
+    the disk holds. What was forgotten cannot be written back by a worker
+    (it may by you, with `memory add`). Try --dry-run first.
     """
     tenant = _tenant(tenant)
     if bool(item_ids) == bool(user):
@@ -339,7 +343,9 @@ def forget(
                 "dry_run": report.dry_run,
                 "removed": [r.__dict__ for r in report.removed],
                 "redacted": report.redacted,
+                "not_reached": report.not_reached,
                 "unsearched": report.unsearched,
+                "disk": report.disk,
             }
         )
         return
@@ -353,6 +359,10 @@ def forget(
             f"text not looked for in records (under {MIN_QUOTE_CHARS} characters; "
             f"its identifiers were): {item_id}"
         )
+    for place in report.not_reached:
+        views.write_line(one_line(f"NOT redacted (its owner kept rewriting it): {place}"))
+    for part, outcome in report.disk.items():
+        views.write_line(one_line(f"on disk, {part}: {outcome}"))
     views.write_line(
         f"{len(report.removed)} item(s) {would}removed, "
         f"{len(report.redacted)} record(s) {would}redacted"

@@ -7,6 +7,10 @@ identifiers apart from their sentence. A match is whole: never inside a
 longer word or identifier, so forgetting ``eu-west-1`` leaves ``eu-west-10``
 (``_`` and an escape like ``\n`` before it do not make it part of a word).
 
+A quote is found in any case and with its spaces and line breaks changed
+(``The Vault Code`` for ``the vault  code``): a copy an agent lower-cased or
+re-wrapped quotes it all the same.
+
 A text shorter than ``MIN_QUOTE_CHARS`` is not looked for whole (its
 identifiers still are): "y" or "is" cannot be told from the same letters in
 other text, and looking for them would rewrite every record of the tenant.
@@ -21,6 +25,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 import redis
+
+from ..scripts import run_plain
 
 REDACTED = "[forgotten]"
 MIN_QUOTE_CHARS = 12
@@ -42,6 +48,14 @@ _ALNUM = re.compile(r"[^\W_]")
 _ESCAPE_BEFORE = re.compile(r"(?:\\[nrtbf]|\\u[0-9a-fA-F]{4})$")
 # What Lua's %s trims too (the forget script counts a text's length the same way).
 _ASCII_SPACE = " \t\n\v\f\r"
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def _loose(needle: str) -> str:
+    """A needle's pattern: its text literal, each run of whitespace any run of whitespace."""
+    return r"\s+".join(re.escape(part) for part in _SPACES.split(needle))
 
 
 def _whole(match: re.Match[str]) -> bool:
@@ -75,7 +89,9 @@ class Quotes:
         # whole text over its 600-character cut, over an identifier in it); a match
         # that does not stand on its own is left (``_whole``).
         needles = sorted(found, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, needles))) if needles else None
+        self._pattern = (
+            re.compile("|".join(map(_loose, needles)), re.IGNORECASE) if needles else None
+        )
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -89,6 +105,11 @@ class Quotes:
         return self._pattern.sub(lambda m: REDACTED if _whole(m) else m.group(0), text)
 
 
+# A field its owner keeps rewriting (a live task's checkpoint) is read again this often
+# before the forget reports it as not reached.
+_RETRIES = 5
+
+
 def scrub_hash(
     client: redis.Redis,
     key: bytes,
@@ -96,22 +117,35 @@ def scrub_hash(
     fields: Sequence[str] | None,
     *,
     apply: bool = True,
-) -> bool:
+) -> tuple[bool, list[str]]:
     """Redact the values (never the field names) of a hash, or only of ``fields``.
 
-    Whether any quoted them; with ``apply`` false nothing is written.
+    Written by ``redactRecord`` only where a value is still the one read: a
+    field its owner changed meanwhile is read and redacted again, so an older
+    checkpoint never goes back over a newer one. Whether any value quoted a
+    needle, and the fields still changing after ``_RETRIES`` reads (not
+    reached); with ``apply`` false nothing is written.
     """
-    changed = {}
-    for name, value in client.hgetall(key).items():
-        if fields is not None and name.decode() not in fields:
-            continue
-        text = value.decode(errors="replace")
-        clean = quotes.scrub(text)
-        if clean != text:
-            changed[name] = clean
-    if changed and apply:
-        client.hset(key, mapping=changed)
-    return bool(changed)
+    found, wanted = False, None if fields is None else set(fields)
+    for _ in range(_RETRIES):
+        values = client.hgetall(key)
+        triples: list[bytes | str] = []
+        for name, value in values.items():
+            if wanted is not None and name.decode() not in wanted:
+                continue
+            text = value.decode(errors="replace")
+            clean = quotes.scrub(text)
+            if clean != text:
+                triples += [name, value, clean]
+        found = found or bool(triples)
+        if not triples or not apply:
+            return found, []
+        res = run_plain(client, "redactRecord", [key], ["hash", *triples])
+        moved = res.data["moved"].split()
+        if not moved:
+            return found, []
+        wanted = set(moved)
+    return found, [f"{key.decode()} {name}" for name in sorted(wanted or ())]
 
 
 def scrub_list(client: redis.Redis, key: bytes, quotes: Quotes, *, apply: bool = True) -> bool:
@@ -134,7 +168,11 @@ def drop_entries(
     jobs: set[str] | None = None,
     apply: bool = True,
 ) -> bool:
-    """Delete the stream entries quoting a needle (of ``jobs`` only, in the global stream)."""
+    """Remove the stream entries quoting a needle (of ``jobs`` only, in the global stream).
+
+    The stream is rebuilt without them (``redactRecord``): none of their bytes
+    stay, as they would after an XDEL.
+    """
     hits = [
         entry_id
         for entry_id, fields in client.xrange(key)
@@ -142,5 +180,6 @@ def drop_entries(
         and any(quotes.found_in(v.decode(errors="replace")) for v in fields.values())
     ]
     if hits and apply:
-        client.xdel(key, *hits)
+        name = key.decode() if isinstance(key, bytes) else key
+        run_plain(client, "redactRecord", [name, f"{name}:rewrite"], ["stream", *hits])
     return bool(hits)

@@ -32,6 +32,7 @@ from ..errors import (
     PromotionRefused,
     SecretInMemory,
 )
+from ..persistence import persist
 from ..redact import looks_secret
 from ..replies import Asked, check
 from ..scripts import run_plain
@@ -88,6 +89,10 @@ class ForgetReport:
     # removed with all derived from them; in records only their identifiers are redacted.
     unsearched: list[str] = field(default_factory=list)
     dry_run: bool = False  # what a forget would do: nothing was removed or redacted
+    # Fields whose owner kept rewriting them while the forget ran: not redacted, named.
+    not_reached: list[str] = field(default_factory=list)
+    # What Redis keeps on disk after the forget (``persistence.persist``).
+    disk: dict[str, str] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -357,7 +362,9 @@ class MemoryStore:
         found = Quotes(i.text for i in before.values())
         short = set(found.unsearched)
         report.unsearched = sorted(i.id for i in before.values() if i.text in short)
-        report.redacted = self._redact_records(tenant, found, apply=not dry_run)
+        report.redacted, report.not_reached = self._redact_records(tenant, found, apply=not dry_run)
+        if not dry_run and report.removed:
+            report.disk = persist(self.client)
         return report
 
     def expire_jobs(self, job_ids: Sequence[str]) -> int:
@@ -419,29 +426,39 @@ class MemoryStore:
             queue += self._members(keys.memory_derived(tenant, item_id))
         return list(seen)
 
-    def _redact_records(self, tenant: str, quotes: Quotes, *, apply: bool) -> list[str]:
-        """Redact the quotes where the tenant's records hold text: artifacts, working-state
-        checkpoints, journal entries, job and global events, memory files and their versions.
+    def _redact_records(
+        self, tenant: str, quotes: Quotes, *, apply: bool
+    ) -> tuple[list[str], list[str]]:
+        """Redact the quotes where the tenant's records hold text: the jobs' goals and
+        constraints, the tasks' briefs, artifacts, working-state checkpoints, journal
+        entries, job and global events, memory files and their versions.
 
         Only text is touched, never what records use to find each other (ids,
-        set and index members, job and task fields): a needle may be an id.
-        With ``apply`` false, the keys that would change; nothing is written.
+        set and index members, job and task fields other than those): a needle
+        may be an id. Hashes are written only where they still hold what was
+        read (``scrub_hash``), streams rebuilt without the entries that quoted.
+        The keys changed (with ``apply`` false: that would change; nothing is
+        written), and the fields that kept changing under the forget (not
+        reached).
         """
         if not quotes:
-            return []
+            return [], []
         jobs = self._jobs_of(tenant)
         touched: list[str] = []
+        missed: list[str] = []
         for key in self.client.scan_iter(match=f"{keys.PREFIX}:{{*", count=1000):
             name = key.decode()
             tag, _, rest = name[len(keys.PREFIX) + 2 :].partition("}:")
             if tag not in jobs:
                 continue
-            if rest.startswith("artifact:"):
-                changed = scrub_hash(self.client, key, quotes, _ARTIFACT_TEXT, apply=apply)
-            elif rest in ("checkpoints", "journal"):
-                changed = scrub_hash(self.client, key, quotes, None, apply=apply)
-            elif rest == "events":
+            if rest == "events":
                 changed = drop_entries(self.client, key, quotes, apply=apply)
+            elif rest in ("checkpoints", "journal", "job") or rest.startswith(
+                ("artifact:", "task:")
+            ):
+                fields = _TEXT_FIELDS.get(rest.partition(":")[0])  # None: every field
+                changed, left = scrub_hash(self.client, key, quotes, fields, apply=apply)
+                missed += left
             else:
                 continue
             if changed:
@@ -450,7 +467,8 @@ class MemoryStore:
         for key in self.client.scan_iter(match=f"{prefix}file*", count=1000):
             rest = key.decode()[len(prefix) :]
             if rest.startswith("file:"):
-                changed = scrub_hash(self.client, key, quotes, ("content",), apply=apply)
+                changed, left = scrub_hash(self.client, key, quotes, ("content",), apply=apply)
+                missed += left
                 if changed and apply:  # the file's digest follows its new content
                     content = self.client.hget(key, "content") or b""
                     self.client.hset(key, "sha256", hashlib.sha256(content).hexdigest())
@@ -462,7 +480,7 @@ class MemoryStore:
                 touched.append(key.decode())
         if drop_entries(self.client, keys.EVENTS, quotes, jobs=jobs, apply=apply):
             touched.append(keys.EVENTS)
-        return touched
+        return touched, missed
 
     def _jobs_of(self, tenant: str) -> set[str]:
         job_ids = [j.decode() for j in self.client.zrange(keys.JOBS, 0, -1)]
@@ -513,4 +531,10 @@ def _claim_digest(key: str, text: str) -> str:
     return digest(f"{key}\n{text}")
 
 
-_ARTIFACT_TEXT = ("content", "preview", "title")
+# The text fields of a job's records a forget redacts (a record not named here: all of its
+# fields — checkpoints and journal entries are text through and through).
+_TEXT_FIELDS = {
+    "artifact": ("content", "preview", "title"),
+    "job": ("goal", "constraints"),
+    "task": ("brief",),
+}
