@@ -113,6 +113,7 @@ ERRORS: dict[str, dict[Code, Error]] = {
     "memoryFile": {
         Code.NOT_FOUND: lambda res, a: MemoryNotFound(a.path),
         Code.NOT_CLAIMABLE: _file_changed,
+        Code.FORGOTTEN: _forgotten,
     },
     "memoryWrite": {
         Code.NOT_FOUND: lambda res, a: MemoryNotFound(res.data["what"]),

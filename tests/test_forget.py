@@ -16,7 +16,9 @@ import redis
 
 from shared_state import Child, JobSpec, RedisServer, Role, State, keys
 from shared_state.artifacts import Trust
+from shared_state.errors import Forgotten
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
+from shared_state.memory.files import MemoryFiles
 
 CANARY = "the vault code is CANARY-7F3K-Q9Z2"
 
@@ -122,3 +124,17 @@ def test_a_checkpoint_its_owner_writes_during_a_forget_is_never_overwritten_with
     saved = json.loads(state.client.hget(keys.checkpoints(job.job_id), "t-1"))
     assert saved["step"] == 4  # the owner's newer checkpoint, not the one read before it
     assert saved["said"] == ["[forgotten]", "and then some"]  # and redacted too
+
+
+def test_what_was_forgotten_is_not_written_back_into_a_memory_file(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", user="u"))
+    ctx = MemoryContext(tenant="acme", user="u", job=job.job_id, task="t-1", actor="agent:t-1")
+    store, files = MemoryStore(state.client), MemoryFiles(state.client)
+    item = store.write(ctx, _claim(CANARY, "user:u:", SourceKind.USER))
+    store.forget(ctx, [item.id])
+    with pytest.raises(Forgotten):
+        files.create(ctx, "/memories/job/notes.md", f"- {CANARY.upper()}\n")
+    files.create(ctx, "/memories/job/notes.md", "- the door sticks\n")  # other text: written
+    # The user may write it on purpose (as with `memory add`): the fence lifts for it.
+    files.create(ctx, "/memories/project/AGENTS.md", f"{CANARY}\n", operator=True)
+    files.create(ctx, "/memories/job/again.md", f"{CANARY}\n")

@@ -11,6 +11,11 @@
   ARGV[6] put: its sha256     ARGV[7] actor     ARGV[8] versions kept
   ARGV[9] the writer's job ('' none): a job: or temp: file is listed under it, to go
           when the job's records do
+  ARGV[10] 'user' when the user or the operator writes (lifts the fence for the
+          text, as a memory write the user makes does), else 'agent'
+
+  A put whose content holds text a forget fenced (memoryWrite's shingles) is
+  refused: what was forgotten is not written back into a file either.
 
   Keys named from the prefix:
     file:<scope>|<path>    hash  content, sha256, version, updated_ms, actor
@@ -22,8 +27,10 @@
      1  data = sha256, version (put, rename), deleted (delete)
     -1  no such file; data = current ('')
     -2  the file is not what the caller expected; data = current (its sha256, '' if none)
+    -7  forgotten: the content holds fenced text; data = what ('text')
 ]]
 --- @include "common"
+--- @include "forgotten"
 
 local p, op, scope, path, expected = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local fileKey = p .. 'file:' .. scope .. '|' .. path
@@ -43,6 +50,9 @@ if expected ~= '*' and expected ~= current then
   return reply(-2, {current = current})
 end
 if op ~= 'put' and current == '' then return reply(-1, {current = ''}) end
+if op == 'put' and fencedText(p .. 'forgotten', wordsOf(ARGV[5]), ARGV[10] == 'user') then
+  return reply(-7, {what = 'text'})
+end
 
 local function archive()
   if current ~= '' then

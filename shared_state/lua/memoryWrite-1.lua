@@ -39,6 +39,7 @@
     -7  forgotten; data = what ('text' or the parent's id)
 ]]
 --- @include "common"
+--- @include "forgotten"
 
 local p, id = KEYS[1], ARGV[1]
 local itemKey = p .. 'item:' .. id
@@ -50,27 +51,8 @@ if known[1] then
     observed_at = tonumber(known[3]), supersedes = known[4] or '', existed = true})
 end
 
-local function runs(words, n, out)
-  for i = 1, #words - n + 1 do
-    out[#out + 1] = n .. ':' .. string.sub(redis.sha1hex(table.concat(words, ' ', i, i + n - 1)), 1, 24)
-  end
-end
-local words = {}
-for w in string.gmatch(string.lower(ARGV[4]), '%w+') do words[#words + 1] = w end
-local userSays = ARGV[7] == 'user'
-if redis.call('SCARD', fence) > 0 then
-  for n = 1, math.min(6, #words) do
-    local candidates = {}
-    runs(words, n, candidates)
-    for _, digest in ipairs(candidates) do
-      if userSays then
-        redis.call('SREM', fence, digest)
-      elseif redis.call('SISMEMBER', fence, digest) == 1 then
-        return reply(-7, {what = 'text'})
-      end
-    end
-  end
-end
+local words = wordsOf(ARGV[4])
+if fencedText(fence, words, ARGV[7] == 'user') then return reply(-7, {what = 'text'}) end
 local parents = {}
 for i = 18, #ARGV do
   local parent = ARGV[i]

@@ -174,7 +174,8 @@ class MemoryFiles:
     ) -> FileVersion:
         """Write a whole file (new, or replacing it: then ``expected_sha256`` guards it)."""
         where = self._writable(ctx, path, operator)
-        return self._put(ctx, where, text, "*" if expected_sha256 is None else expected_sha256)
+        expected = "*" if expected_sha256 is None else expected_sha256
+        return self._put(ctx, where, text, expected, operator)
 
     def str_replace(
         self,
@@ -194,7 +195,7 @@ class MemoryFiles:
             raise MemoryRefused(
                 f"{where.shown}: old_str occurs {count} times; it must occur exactly once"
             )
-        return self._put(ctx, where, text.replace(old, new, 1), digest)
+        return self._put(ctx, where, text.replace(old, new, 1), digest, operator)
 
     def insert(
         self,
@@ -215,7 +216,8 @@ class MemoryFiles:
         if lines and not lines[-1].endswith("\n") and line == len(lines):
             lines[-1] += "\n"
         added = text if text.endswith("\n") else text + "\n"
-        return self._put(ctx, where, "".join([*lines[:line], added, *lines[line:]]), digest)
+        text = "".join([*lines[:line], added, *lines[line:]])
+        return self._put(ctx, where, text, digest, operator)
 
     def delete(
         self,
@@ -251,26 +253,36 @@ class MemoryFiles:
 
     # --------------------------------------------------------------- plumbing
 
-    def _put(self, ctx: MemoryContext, where: MemoryPath, text: str, expected: str) -> FileVersion:
+    def _put(
+        self, ctx: MemoryContext, where: MemoryPath, text: str, expected: str, operator: bool
+    ) -> FileVersion:
         if len(text.encode()) > MAX_BYTES:
             raise MemoryRefused(f"{where.shown}: {len(text.encode())} bytes, over {MAX_BYTES}")
         if looks_secret(text):
             raise SecretInMemory()
         digest = sha256(text)
         self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)  # whose files the job expiry looks at
-        res = self._run(ctx, "put", where, expected, text, digest)
+        res = self._run(ctx, "put", where, expected, text, digest, operator=operator)
         self._settle(res, where, expected)
         return FileVersion(where.shown, digest, int(res.data["version"]))
 
     def _run(
-        self, ctx: MemoryContext, op: str, where: MemoryPath, expected: str, arg: str, digest: str
+        self,
+        ctx: MemoryContext,
+        op: str,
+        where: MemoryPath,
+        expected: str,
+        arg: str,
+        digest: str,
+        *,
+        operator: bool = False,
     ):
         return run_plain(
             self.client,
             "memoryFile",
             keys.script_keys("memoryFile", tenant=ctx.tenant),
             [op, str(where.scope), where.relative, expected, arg, digest, ctx.actor or "?",
-             VERSIONS_KEPT, ctx.job],
+             VERSIONS_KEPT, ctx.job, "user" if operator else "agent"],
         )  # fmt: skip
 
     def _settle(self, res: ScriptResult, where: MemoryPath, expected: str) -> None:
