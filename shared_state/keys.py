@@ -260,6 +260,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "failTask": _TASK,
     "memoryFile": ("memory_prefix",),
     "memoryForget": ("memory_prefix",),
+    "memoryVector": ("memory_prefix",),
     "memoryWrite": ("memory_prefix",),
     "mirrorEvents": ("EVENTS", "METRICS"),
     "ownerWrite": _TASK[:5],

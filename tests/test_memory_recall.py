@@ -1,4 +1,4 @@
-"""Keyword recall over a tenant's memory, on a real server, across workers."""
+"""Recall over a tenant's memory (keywords and meaning), on a real server, across workers."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def test_the_best_match_comes_first_and_ties_break_by_id(store: MemoryStore) -> 
     recall = Recall(store)
     hits = recall.search(CTX, "which region do deploys go to")
     assert hits[0].item.id == deploy
-    assert [h.item.id for h in recall.search(CTX, "tabs spaces")] == twins
+    # Equal keyword scores (the numbers are no keywords) break by id; by meaning, the
+    # numbers make the three differ, so the fused ranking has no tie to break.
+    assert [h.item.id for h in recall.search(CTX, "tabs spaces", ranking="keyword")] == twins
 
 
 def test_an_empty_query_recalls_nothing(store: MemoryStore) -> None:
@@ -134,12 +136,14 @@ def test_a_sharded_index_finds_every_item_and_takes_in_writes(
     monkeypatch.setattr(recall_module, "SHARD_DOCS", 4)
     ids = [put(store, f"shared words token{n}") for n in range(20)]
     recall = Recall(store)
+    # The keyword ranking is what is sharded (the fused one adds items alike in meaning).
     for n, item_id in enumerate(ids):
-        assert [h.item.id for h in recall.search(CTX, f"token{n}")] == [item_id]
+        hits = recall.search(CTX, f"token{n}", ranking="keyword")
+        assert [h.item.id for h in hits] == [item_id]
     assert len(recall._tenants["acme"].shards) == 8
     late = put(store, "token-late arrives after the index was built")
-    assert [h.item.id for h in recall.search(CTX, "token-late")] == [late]
-    assert len(recall.search(CTX, "shared words", k=50)) == 20
+    assert [h.item.id for h in recall.search(CTX, "token-late", ranking="keyword")] == [late]
+    assert len(recall.search(CTX, "shared words", k=50, ranking="keyword")) == 20
 
 
 def test_task_slots_searching_one_index_while_memory_changes_see_no_torn_index(
@@ -171,6 +175,11 @@ def test_task_slots_searching_one_index_while_memory_changes_see_no_torn_index(
         while min(searches) < 25 and time.monotonic() < deadline:  # each write a refresh
             put(writer, f"deploy region ap-south-{n} service beta{n}")
             n += 1
+            # The next write once a search took this one in: a refresh embeds what was
+            # written since the last, and an unpaced writer outruns any embedder.
+            seen = sum(searches)
+            while sum(searches) <= seen and time.monotonic() < deadline:
+                time.sleep(0.001)
     finally:
         done.set()
         for t in threads:

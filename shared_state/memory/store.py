@@ -55,7 +55,8 @@ TEMP_TTL_S = 24 * 3600  # a scratch item outlives a task that never ends by this
 
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    # An item's vector (``recall``) is float32 bytes, not text, and no field of the item.
+    return {k.decode(): v.decode() for k, v in raw.items() if k != b"vec"}
 
 
 class Evidence(BaseModel):

