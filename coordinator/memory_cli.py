@@ -10,6 +10,7 @@ terminal-safe (it came from users and models); ``--json`` keeps it exact.
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -213,6 +214,12 @@ def show(
     views.write_line(multi_line(item.text))
 
 
+class Ranking(StrEnum):
+    HYBRID = "hybrid"
+    KEYWORD = "keyword"
+    DENSE = "dense"
+
+
 @memory_app.command()
 def search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to look for.")],
@@ -221,9 +228,19 @@ def search(
         str, typer.Option("--user", help="Search as this user: their items and app:.")
     ] = "",
     limit: Annotated[int, typer.Option("--limit", min=1, max=100)] = 10,
+    ranking: Annotated[
+        Ranking,
+        typer.Option(
+            "--ranking",
+            help="hybrid: meaning and keywords fused (keywords alone without an embedder); "
+            "keyword: BM25 only; dense: meaning only.",
+        ),
+    ] = Ranking.HYBRID,
     as_json: JsonOpt = False,
 ) -> None:
-    """Keyword recall (BM25) over current, unexpired items, best first."""
+    """Recall over current, unexpired items, best first: by what the query means (the
+    offline embedder, all-MiniLM-L6-v2) and by its words (BM25), fused. The title says
+    which ranking served the hits."""
     tenant = _tenant(tenant)
     from shared_state.memory.recall import Recall  # numpy: only for the command that ranks
 
@@ -233,13 +250,16 @@ def search(
     with open_state(Settings()) as state:
         store = MemoryStore(state.client)
         ctx = _context(tenant, user)
-        hits = Recall(store).search(ctx, query, k=limit, operator=not user)
+        hits = Recall(store).search(ctx, query, k=limit, operator=not user, ranking=ranking.value)
         if as_json:
-            views.print_json([_doc(h.item) | {"score": h.score} for h in hits])
+            views.print_json([_doc(h.item) | {"score": h.score, "index": h.index} for h in hits])
             return
         now = store.now_ms()
-        rows = [_row(h.item, now) | {"score": f"{h.score:.2f}"} for h in hits]
-    views.table(f"memory of tenant {tenant} for {query!r}", rows, ["score", *COLUMNS])
+        rows = [_row(h.item, now) | {"score": f"{h.score:.3f}"} for h in hits]
+    served = hits[0].index if hits else ranking.value
+    views.table(
+        f"memory of tenant {tenant} for {query!r} (ranked by {served})", rows, ["score", *COLUMNS]
+    )
 
 
 @memory_app.command()
