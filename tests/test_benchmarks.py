@@ -72,6 +72,14 @@ def test_memory_eval_quick_run_holds_its_checks() -> None:
     (interrupted,) = doc["interrupted"]["jobs"]
     assert interrupted["killed"] and interrupted["status"] == "succeeded"
     assert doc["interrupted"]["duplicated_effects"] == 0
+    # Meaning: the paraphrased questions share no word with their memory, so keywords find
+    # none of them and the embedder some; fused, the lexical questions and the identifiers
+    # are found as keywords find them.
+    m = doc["meaning"]
+    assert m["keyword_paraphrased_recall_at_5"] == 0 < m["dense_paraphrased_recall_at_5"]
+    assert m["hybrid_paraphrased_recall_at_5"] > 0
+    assert m["hybrid_lexical_recall_at_5"] >= m["keyword_lexical_recall_at_5"]
+    assert m["hybrid_identifier_recall_at_1"] >= m["keyword_identifier_recall_at_1"]
 
 
 def test_fleet_scale_quick_run_measures_fleet_a_and_accounts_for_every_call() -> None:
