@@ -3,13 +3,19 @@
 Each part of the state has its own budget (``StateBudget``). A part over it
 moves its oldest entries into an index artifact until it is at half its
 budget, leaving a count in ``archived`` and the index's id in ``index``
-(each index names the one before it, so the chain holds everything). What
-the user said is archived only when it cannot fit, and then each turn is
-also listed in ``dropped``: a visible loss, never a silent one. Identifiers
-named in archived notes stay, as salient ones. Of the model's notes, facts and
-decisions are archived; open questions and the next action stay in view,
-bounded when they are written (``unarchived_notes_tokens``).
+(each index names the one before it, so the chain holds everything). Before
+that, identifiers of one shape (a ticket, a version, a URL per file read)
+collapse into their newest with a count (``_families``), so a name unlike the
+others outlives a flood of alike ones. What the user said, and the pinned
+spans, are archived only when they cannot fit, and then each is also listed
+in ``dropped``: a visible loss, never a silent one; archived notes leave one
+line there too. Identifiers named in archived notes, user turns and pins
+stay, as salient ones. Of the model's notes, facts and decisions are
+archived; open questions and the next action stay in view, bounded when they
+are written (``unarchived_notes_tokens``).
 
+The engine compacts only when it re-renders the state's snapshot (its
+changes outgrew their block), so compaction never busts the cache by itself.
 A compaction that does not shrink the state, or leaves it over the slot's
 budget, raises ``StateCompactionStuck``: it is a bug, not a log line.
 """

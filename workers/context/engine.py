@@ -531,7 +531,7 @@ class ContextEngine:
         cleared = list(history)
         for i, stub, hidden, reduced in plan:
             cleared[i] = stub
-            state = _record_hidden(state, result, hidden, reduced)
+            state = _record_hidden(state, stub, hidden, reduced)
         actions.append(f"cleared {len(plan)} seen tool results ({freed} tokens)")
         return cleared, state
 

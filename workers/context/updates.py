@@ -21,7 +21,7 @@ _APPENDED = {
     "facts": "fact",
     "pins": "kept verbatim",
     "artifacts": "artifact",
-    "salient": "kept",
+    "salient": "identifiers to keep",
     "identifiers": "identifiers",
     "dropped": "dropped",
 }
