@@ -150,7 +150,10 @@ def test_a_second_job_is_shown_the_verified_facts_and_episode_the_first_left(
         verified = [i for i in state.memory.items(ctx) if i.provenance.source_kind == "verifier"]
         assert verified and all(str(i.scope) == "app:" for i in verified)
         assert all(i.provenance.authority == 4 for i in verified)
-        (episode,) = [i for i in state.memory.items(ctx) if i.kind == "episode"]
+        # The episode is written as the finished job retires, just after its status.
+        (episode,) = wait_for(
+            lambda: [i for i in state.memory.items(ctx) if i.kind == "episode"], 30, "episode"
+        )
 
         sent_before = len(api.requests)
         second = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
