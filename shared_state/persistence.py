@@ -56,13 +56,13 @@ def _run(
     """Start one background write once none is running, and wait for it to be counted."""
     while _info(client)[busy]:  # one begun before the forget may have written the text
         if time.monotonic() > deadline:
-            return "not rewritten: one already running did not end in time"
+            return "not written: one already running did not end in time"
         time.sleep(_POLL_S)
     before = _info(client)[count]
     try:
         start()
     except redis.ResponseError as exc:
-        return f"not rewritten: {exc}"
+        return f"not written: {exc}"
     while True:
         info = _info(client)
         if info[count] > before and not info[busy] and not info.get("aof_rewrite_scheduled"):
