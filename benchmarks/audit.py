@@ -186,6 +186,3 @@ class AuditWorkload:
         if step == self.steps:
             found += [item for _, item in USER_ITEMS.values()]
         return found
-
-    def planted(self) -> int:
-        return len(FILE_ITEMS) + len(USER_ITEMS)

@@ -263,9 +263,6 @@ class OncallWorkload:
     def needs(self, step: int) -> list[Item]:
         return [i for i in ITEMS if step in i.needed and step <= self.steps]
 
-    def planted(self) -> int:
-        return sum(len([n for n in i.needed if n <= self.steps]) for i in ITEMS)
-
 
 _KEEP_LINE = re.compile(r"^# keep: (.+)$", re.M)
 _KEEP_BLOCK = re.compile(

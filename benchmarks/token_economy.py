@@ -214,9 +214,6 @@ class EnrichmentWorkload:
     def needs(self, step: int) -> list[str]:
         return [ident for ident, _, _ in PLANTED.values()] if step == self.steps else []
 
-    def planted(self) -> int:
-        return len(PLANTED)
-
 
 _ARTIFACT = re.compile(r"a-[0-9a-f]{16}")
 
