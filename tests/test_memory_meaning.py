@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
 from shared_state import State, keys
+from shared_state.errors import MemoryRefused
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
-from shared_state.memory.embed import MiniLM, default_embedder
+from shared_state.memory.embed import MiniLM, OpenAIEmbeddings, default_embedder
 from shared_state.memory.recall import Recall
 from shared_state.scripts import run_plain
 
@@ -111,3 +117,55 @@ def test_vectors_of_another_embedder_are_made_again_and_recall_says_what_served(
     assert state.client.hget(key, "vec_model") == b"all-MiniLM-L6-v2"
     keyword = Recall(store, embedder).search(CTX, "invoices paid", ranking="keyword")
     assert keyword[0].index == "keyword"
+
+
+class _Embeddings(BaseHTTPRequestHandler):
+    """A loopback /v1/embeddings endpoint: each text's vector from its length; 401 on a
+    wrong key."""
+
+    seen: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        if self.headers.get("Authorization") != "Bearer sk-right":
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"error": "bad key sk-wrong"}')
+            return
+        data = [
+            {"index": n, "embedding": [float(len(text)), 1.0, 0.0]}
+            for n, text in enumerate(body["input"])
+        ]
+        reply = json.dumps({"data": list(reversed(data))}).encode()  # any order: by index
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_an_openai_compatible_endpoint_embeds_and_its_key_never_shows_in_errors() -> None:
+    server = HTTPServer(("127.0.0.1", 0), _Embeddings)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        vectors = OpenAIEmbeddings("text-embedding-3-small", url, "sk-right").embed(["ab", "abcd"])
+        assert _Embeddings.seen[-1] == {
+            "path": "/v1/embeddings",
+            "auth": "Bearer sk-right",
+            "model": "text-embedding-3-small",
+            "input": ["ab", "abcd"],
+        }
+        # In the order asked, unit length.
+        assert np.allclose(vectors[0], np.array([2, 1, 0]) / np.sqrt(5), atol=1e-6)
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+        with pytest.raises(MemoryRefused) as err:
+            OpenAIEmbeddings("m", url, "sk-wrong").embed(["x"])
+        assert "HTTP 401" in str(err.value) and "sk-wrong" not in str(err.value)
+    finally:
+        server.shutdown()
+        server.server_close()
