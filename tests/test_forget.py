@@ -135,6 +135,9 @@ def test_what_was_forgotten_is_not_written_back_into_a_memory_file(state: State)
     with pytest.raises(Forgotten):
         files.create(ctx, "/memories/job/notes.md", f"- {CANARY.upper()}\n")
     files.create(ctx, "/memories/job/notes.md", "- the door sticks\n")  # other text: written
-    # The user may write it on purpose (as with `memory add`): the fence lifts for it.
-    files.create(ctx, "/memories/project/AGENTS.md", f"{CANARY}\n", operator=True)
+    # Not with the operator's rights either (the planner writes its decision log with them).
+    with pytest.raises(Forgotten):
+        files.create(ctx, "/memories/project/AGENTS.md", f"{CANARY}\n", operator=True)
+    # The user says it again on purpose (`memory add`): the fence lifts for it.
+    store.write(ctx, _claim(CANARY, "user:u:", SourceKind.USER))
     files.create(ctx, "/memories/job/again.md", f"{CANARY}\n")

@@ -11,11 +11,12 @@
   ARGV[6] put: its sha256     ARGV[7] actor     ARGV[8] versions kept
   ARGV[9] the writer's job ('' none): a job: or temp: file is listed under it, to go
           when the job's records do
-  ARGV[10] 'user' when the user or the operator writes (lifts the fence for the
-          text, as a memory write the user makes does), else 'agent'
 
   A put whose content holds text a forget fenced (memoryWrite's shingles) is
-  refused: what was forgotten is not written back into a file either.
+  refused: what was forgotten is not written back into a file either, by
+  anyone — a file is written by agents too, the planner's decision log with
+  the operator's rights; the user lifts the fence by saying the text again
+  (a memory write of theirs), then writes the file.
 
   Keys named from the prefix:
     file:<scope>|<path>    hash  content, sha256, version, updated_ms, actor
@@ -50,7 +51,7 @@ if expected ~= '*' and expected ~= current then
   return reply(-2, {current = current})
 end
 if op ~= 'put' and current == '' then return reply(-1, {current = ''}) end
-if op == 'put' and fencedText(p .. 'forgotten', wordsOf(ARGV[5]), ARGV[10] == 'user') then
+if op == 'put' and fencedText(p .. 'forgotten', wordsOf(ARGV[5]), false) then
   return reply(-7, {what = 'text'})
 end
 

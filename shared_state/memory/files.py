@@ -175,7 +175,7 @@ class MemoryFiles:
         """Write a whole file (new, or replacing it: then ``expected_sha256`` guards it)."""
         where = self._writable(ctx, path, operator)
         expected = "*" if expected_sha256 is None else expected_sha256
-        return self._put(ctx, where, text, expected, operator)
+        return self._put(ctx, where, text, expected)
 
     def str_replace(
         self,
@@ -195,7 +195,7 @@ class MemoryFiles:
             raise MemoryRefused(
                 f"{where.shown}: old_str occurs {count} times; it must occur exactly once"
             )
-        return self._put(ctx, where, text.replace(old, new, 1), digest, operator)
+        return self._put(ctx, where, text.replace(old, new, 1), digest)
 
     def insert(
         self,
@@ -217,7 +217,7 @@ class MemoryFiles:
             lines[-1] += "\n"
         added = text if text.endswith("\n") else text + "\n"
         text = "".join([*lines[:line], added, *lines[line:]])
-        return self._put(ctx, where, text, digest, operator)
+        return self._put(ctx, where, text, digest)
 
     def delete(
         self,
@@ -253,36 +253,26 @@ class MemoryFiles:
 
     # --------------------------------------------------------------- plumbing
 
-    def _put(
-        self, ctx: MemoryContext, where: MemoryPath, text: str, expected: str, operator: bool
-    ) -> FileVersion:
+    def _put(self, ctx: MemoryContext, where: MemoryPath, text: str, expected: str) -> FileVersion:
         if len(text.encode()) > MAX_BYTES:
             raise MemoryRefused(f"{where.shown}: {len(text.encode())} bytes, over {MAX_BYTES}")
         if looks_secret(text):
             raise SecretInMemory()
         digest = sha256(text)
         self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)  # whose files the job expiry looks at
-        res = self._run(ctx, "put", where, expected, text, digest, operator=operator)
+        res = self._run(ctx, "put", where, expected, text, digest)
         self._settle(res, where, expected)
         return FileVersion(where.shown, digest, int(res.data["version"]))
 
     def _run(
-        self,
-        ctx: MemoryContext,
-        op: str,
-        where: MemoryPath,
-        expected: str,
-        arg: str,
-        digest: str,
-        *,
-        operator: bool = False,
+        self, ctx: MemoryContext, op: str, where: MemoryPath, expected: str, arg: str, digest: str
     ):
         return run_plain(
             self.client,
             "memoryFile",
             keys.script_keys("memoryFile", tenant=ctx.tenant),
             [op, str(where.scope), where.relative, expected, arg, digest, ctx.actor or "?",
-             VERSIONS_KEPT, ctx.job, "user" if operator else "agent"],
+             VERSIONS_KEPT, ctx.job],
         )  # fmt: skip
 
     def _settle(self, res: ScriptResult, where: MemoryPath, expected: str) -> None:
