@@ -310,7 +310,7 @@ def add(
         reverify_after_s=reverify_after,
     )
     with open_state(Settings()) as state:
-        item = MemoryStore(state.client).write(ctx, claim)
+        item = MemoryStore(state.client, embedder="default").write(ctx, claim)
     if as_json:
         views.print_json(_doc(item))
     else:

@@ -46,6 +46,8 @@ their own, so the tenant is in every key and one script sees one tenant only:
     rf:mem:{<tenant>}:seen:<digest>        set    jobs that wrote one claim (for promotion)
     rf:mem:{<tenant>}:forgotten            set    shingle digests and ids of forgotten items
     rf:mem:{<tenant>}:changes              stream puts and forgets, for recall caches (capped)
+    rf:mem:{<tenant>}:index                hash   the recall index's snapshot: blob, upto, ...
+    rf:mem:{<tenant>}:forgets              string forgets so far (older snapshots are stale)
     rf:mem:{<tenant>}:file:<scope>|<path>  hash   one memory file: content, sha256, version
     rf:mem:{<tenant>}:filev:<scope>|<path> list   its earlier versions, newest first
     rf:mem:{<tenant>}:files:<scope>        zset   path -> updated at (ms), one scope's files
@@ -201,6 +203,14 @@ def memory_changes(tenant: str) -> str:
     return f"{memory_prefix(tenant)}changes"
 
 
+def memory_index(tenant: str) -> str:
+    return f"{memory_prefix(tenant)}index"
+
+
+def memory_forgets(tenant: str) -> str:
+    return f"{memory_prefix(tenant)}forgets"
+
+
 def memory_file(tenant: str, scope: str, path: str) -> str:
     return f"{memory_prefix(tenant)}file:{scope}|{path}"
 
@@ -260,6 +270,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "failTask": _TASK,
     "memoryFile": ("memory_prefix",),
     "memoryForget": ("memory_prefix",),
+    "memoryIndex": ("memory_prefix",),
     "memoryVector": ("memory_prefix",),
     "memoryWrite": ("memory_prefix",),
     "mirrorEvents": ("EVENTS", "METRICS"),

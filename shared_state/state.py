@@ -51,7 +51,7 @@ class State:
             self.runner, self.delivery, retention_s=retention_s, job_maxlen=job_maxlen
         )
         self.workers = WorkerRegistry(self.runner)
-        self.memory = MemoryStore(client)
+        self.memory = MemoryStore(client, embedder="default")  # a write embeds its item
         self.memory_files = MemoryFiles(client)
         self._recall: Recall | None = None
         self.tenant: str | None = None  # see ``for_tenant``

@@ -128,24 +128,6 @@ def test_filters_by_scope_authority_and_the_contexts_visibility(store: MemorySto
     assert recall.search(other_tenant, "ruff", k=10) == []
 
 
-def test_a_sharded_index_finds_every_item_and_takes_in_writes(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from shared_state.memory import recall as recall_module
-
-    monkeypatch.setattr(recall_module, "SHARD_DOCS", 4)
-    ids = [put(store, f"shared words token{n}") for n in range(20)]
-    recall = Recall(store)
-    # The keyword ranking is what is sharded (the fused one adds items alike in meaning).
-    for n, item_id in enumerate(ids):
-        hits = recall.search(CTX, f"token{n}", ranking="keyword")
-        assert [h.item.id for h in hits] == [item_id]
-    assert len(recall._tenants["acme"].shards) == 8
-    late = put(store, "token-late arrives after the index was built")
-    assert [h.item.id for h in recall.search(CTX, "token-late", ranking="keyword")] == [late]
-    assert len(recall.search(CTX, "shared words", k=50, ranking="keyword")) == 20
-
-
 def test_task_slots_searching_one_index_while_memory_changes_see_no_torn_index(
     store: MemoryStore, redis_url: str
 ) -> None:

@@ -15,7 +15,8 @@
   Forgetting follows the derived sets breadth first, so a promoted copy, an
   episode quoting the item and anything derived from those go too. Each
   removed item leaves its id in the fence, and its shingle digests (never its
-  text) if its text is long enough. Where a removed version was its chain's current one, the best
+  text) if its text is long enough. The recall index's snapshot is deleted and
+  the tenant's forget generation moves on. Where a removed version was its chain's current one, the best
   version left (authority, then recency, unexpired) becomes current.
 
   Returns {code, data, events}
@@ -86,5 +87,10 @@ for chainKey in pairs(settle) do
     redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'op', 'put', 'id', best)
   end
 end
+
+-- The recall index's snapshot holds the words and vectors of what was removed: it goes,
+-- and a snapshot read before this forget is refused (memoryIndex).
+redis.call('DEL', p .. 'index')
+redis.call('INCR', p .. 'forgets')
 
 return reply(1, {removed = table.concat(removed, ' ')})

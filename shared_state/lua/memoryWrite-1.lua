@@ -15,7 +15,8 @@
   ARGV[13] valid for (ms, 0: no expiry)          ARGV[14] reverify after (ms, 0: never)
   ARGV[15] digest of the claim (key and normalized text)
   ARGV[16] promoted from (item id, '' none)      ARGV[17] changes stream maxlen
-  ARGV[18 ..] ids of the items this one is derived from
+  ARGV[18] the embedder of ARGV[19] ('' none)    ARGV[19] the item's vector (float32 bytes)
+  ARGV[20 ..] ids of the items this one is derived from
 
   The chain of (scope, key) has at most one version marked current. The new
   version becomes current when there is none, when the current one has
@@ -54,7 +55,7 @@ end
 local words = wordsOf(ARGV[4])
 if fencedText(fence, words, ARGV[7] == 'user') then return reply(-7, {what = 'text'}) end
 local parents = {}
-for i = 18, #ARGV do
+for i = 20, #ARGV do
   local parent = ARGV[i]
   if redis.call('SISMEMBER', fence, 'id:' .. parent) == 1 then return reply(-7, {what = parent}) end
   if redis.call('EXISTS', p .. 'item:' .. parent) == 0 then return reply(-1, {what = parent}) end
@@ -106,6 +107,7 @@ redis.call('HSET', itemKey, 'id', id, 'scope', scope, 'key', key, 'text', ARGV[4
   'reverify_after', (reverify > 0 and now + reverify) or 0,
   'digest', ARGV[15], 'shingles', table.concat(shingles, ' '),
   'derived_from', table.concat(parents, ' '))
+if ARGV[18] ~= '' then redis.call('HSET', itemKey, 'vec_model', ARGV[18], 'vec', ARGV[19]) end
 redis.call('ZADD', p .. 'items', now, id)
 redis.call('SADD', p .. 'scope:' .. scope, id)
 local kind_ = string.match(scope, '^(%a+):')

@@ -43,6 +43,12 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+def embedded_text(key: str, text: str) -> str:
+    """What an item's vector is made of: what it is about and what it says. A key made of
+    the text's digest (``#…``, a claim written without one) means nothing to an embedder."""
+    return text if key.startswith("#") else f"{key} {text}"
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     # Abramowitz and Stegun 7.1.26 (error under 1.5e-7): BERT's GELU is the exact, erf one.
     sign = np.sign(x)

@@ -85,7 +85,12 @@ class Scope(BaseModel):
         return cls(kind=ScopeKind(kind), id=rest.removesuffix(":"))
 
     def __str__(self) -> str:
-        return f"{self.kind.value}:{self.id}:" if self.id else f"{self.kind.value}:"
+        return self.named(self.kind, self.id)
+
+    @staticmethod
+    def named(kind: ScopeKind, id: str = "") -> str:
+        """How the scope of ``kind`` and ``id`` is written (``job:j-1:``, ``app:``)."""
+        return f"{kind.value}:{id}:" if id else f"{kind.value}:"
 
     @property
     def wide(self) -> bool:
@@ -127,13 +132,13 @@ class MemoryContext(BaseModel):
 
     def sees(self, scope: Scope, *, operator: bool = False) -> bool:
         """Whether an item of ``scope`` is visible here (an operator sees the whole tenant)."""
-        if operator or scope.kind is ScopeKind.APP:
-            return True
-        if scope.kind is ScopeKind.USER:
-            return bool(self.user) and scope.id == self.user
-        if scope.kind is ScopeKind.JOB:
-            return bool(self.job) and scope.id == self.job
-        return bool(self.task) and scope.id == self.task
+        return operator or str(scope) in self.visible()
+
+    def visible(self) -> tuple[str, ...]:
+        """The scopes this context sees (an operator sees every scope of the tenant): the
+        tenant's, and the user's, job's and task's own when it has them."""
+        own = ((ScopeKind.USER, self.user), (ScopeKind.JOB, self.job), (ScopeKind.TEMP, self.task))
+        return ("app:", *(Scope.named(kind, name) for kind, name in own if name))
 
 
 class Provenance(BaseModel):

@@ -1,53 +1,58 @@
-"""Recall over a tenant's memory: keywords (BM25, bm25s) and meaning (embeddings), fused.
+"""Recall over a tenant's memory: keywords (BM25) and meaning (embeddings), fused.
 
 No module and no service: the items stay in Redis, each with the vector its
-embedder made (``embed``: the offline default needs no download), and each
-process keeps an index per tenant — BM25 terms and a matrix of vectors —
-that follows the tenant's change stream. A search first reads the stream's
-last id (one round trip); if another worker wrote or forgot since, the index
-takes in those changes before ranking — so an item written by any worker is
-recallable by every other at its next step. Hits are then read back from
-Redis and checked again, so an item forgotten or superseded a moment ago is
-never served from the cache.
+embedder made (``embed``: the offline default needs no download; a worker
+embeds what it writes, ``MemoryStore``), and each process keeps an index per
+tenant (``index``: postings, filter columns, vectors) that follows the
+tenant's change stream. A search first reads the stream's last id with
+Redis's time (one round trip); if another worker wrote or forgot since, the
+index takes in those changes — those items only — before ranking, so an
+item written by any worker is recallable by every other at its next step.
+Hits are then read back from Redis and checked again, so an item forgotten
+or superseded a moment ago is never served from the cache.
+
+A process meeting a tenant for the first time loads the index's snapshot
+from Redis (``rf:mem:{tenant}:index``) and takes in the changes after it;
+only without one (or one made before a forget, or older than what the
+change stream still holds) does it read and index every item, and then it
+stores a snapshot for the next. A forget deletes the snapshot.
 
 Ranking fuses two scores: the cosine of the query's vector with the item's,
-weighted ``DENSE_WEIGHT``, and the BM25 score (bm25s's, per shard of about
-``SHARD_DOCS`` items by a hash of the id, so that a write re-indexes one
-shard) relative to the query's best, weighted the rest. A candidate matches
-a keyword or is more than ``DENSE_FLOOR`` alike. A paraphrase that shares
-no word with its memory is found by its meaning; an identifier
-(``ACCT-7Q2X9``), whose pieces mean little to the embedder, by its keyword —
-the weights are where both hold
-(``benchmarks/memory_eval.py``, the ``meaning`` case). Items written before
-an embedder (or by another one) are embedded when the index first meets
-them and their vectors stored back (``memoryVector``), so other processes
-need not embed them again. Without an embedder, recall is by keywords
-alone; every hit says which ranking served it (``Hit.index``).
+weighted ``DENSE_WEIGHT``, and the BM25 score relative to the query's best,
+weighted the rest. A candidate matches a keyword or is more than
+``DENSE_FLOOR`` alike. A paraphrase that shares no word with its memory is
+found by its meaning; an identifier (``ACCT-7Q2X9``), whose pieces mean
+little to the embedder, by its keyword — the weights are where both hold
+(``benchmarks/memory_eval.py``, the ``meaning`` case). Items written without
+a vector of this embedder (before one, or by another) are embedded when the
+index meets them — a few at once, many (the embedder changed) in the
+background while keywords serve — and their vectors stored back
+(``memoryVector``), so other processes need not embed them again. Without
+an embedder, recall is by keywords alone; every hit says which ranking
+served it (``Hit.index``).
 
-Filters are a mask over the scores: the context's scopes, current versions
-only, unexpired and not due for re-verification by Redis time (a stale item
-is listed by ``MemoryStore.stale``, not recalled), a minimum authority,
-kinds. Ties are broken by item id, so the same query over the same items
-returns the same order everywhere.
+Filters are a mask over the index's columns: the context's scopes, current
+versions only, unexpired and not due for re-verification by Redis time (a
+stale item is listed by ``MemoryStore.stale``, not recalled), a minimum
+authority, kinds. Ties are broken by item id, so the same query over the
+same items returns the same order everywhere.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import threading
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
-import bm25s
 import numpy as np
 import redis
 
 from .. import keys
 from ..scripts import run_plain
-from .embed import Embedder, default_embedder
+from .embed import Embedder, default_embedder, embedded_text
+from .index import Row, TenantIndex
 from .items import MemoryContext, MemoryItem, Scope
 from .store import MemoryStore
 
@@ -91,33 +96,6 @@ def _stem(word: str) -> str:
     return word
 
 
-class Ranker(Protocol):
-    """Scores every indexed document for a query."""
-
-    def build(self, documents: Sequence[list[str]]) -> None: ...
-
-    def scores(self, query: list[str]) -> np.ndarray: ...
-
-
-class BM25Ranker:
-    def __init__(self) -> None:
-        self._index: bm25s.BM25 | None = None
-        self._size = 0
-
-    def build(self, documents: Sequence[list[str]]) -> None:
-        self._size = len(documents)
-        if not documents:
-            self._index = None
-            return
-        self._index = bm25s.BM25()
-        self._index.index(list(documents), show_progress=False)
-
-    def scores(self, query: list[str]) -> np.ndarray:
-        if self._index is None:
-            return np.zeros(self._size, dtype=np.float32)
-        return self._index.get_scores(query)
-
-
 @dataclass(frozen=True)
 class Hit:
     item: MemoryItem
@@ -125,77 +103,26 @@ class Hit:
     index: str = "keyword"  # which ranking served it: keyword, or hybrid/dense:<embedder>
 
 
-@dataclass
-class _Doc:
-    terms: list[str]
-    scope: Scope
-    status: str
-    valid_until: int
-    reverify_after: int
-    authority: int
-    kind: str
-    user: str
-    vector: np.ndarray | None = None  # the embedder's, unit length
-
-
-SHARD_DOCS = 1024  # a write re-indexes one shard of about this many items, not the tenant
+# A process indexes at most this many unembedded items before answering (about 20 ms of
+# CPU each with the offline embedder); more (another embedder's items) are embedded in
+# the background while keywords serve.
+EMBED_NOW = 32
+# A snapshot is kept in Redis for a tenant of at least this many items, and written again
+# once this many changes (or a quarter of the tenant) have come since the stored one.
+SNAPSHOT_ITEMS = 1_000
+_FIELDS = ("text", "key", "scope", "status", "valid_until", "reverify_after", "authority",
+           "kind", "vec_model", "vec")  # fmt: skip
 
 
 @dataclass
-class _Shard:
-    ranker: Ranker = field(default_factory=BM25Ranker)
-    positions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-
-@dataclass
-class _TenantIndex:
-    last_change: str = ""
-    docs: dict[str, _Doc] = field(default_factory=dict)
-    ids: list[str] = field(default_factory=list)
-    shards: list[_Shard] = field(default_factory=list)
+class _Tenant:
+    index: TenantIndex = field(default_factory=TenantIndex)
+    last_change: str = ""  # the last change the index took in
     built: bool = False
     embedded: str = ""  # the embedder whose vectors the index holds ("" none)
-    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-
-    def scores(self, query: list[str]) -> np.ndarray:
-        out = np.zeros(len(self.ids), dtype=np.float64)
-        for shard in self.shards:
-            if len(shard.positions):
-                out[shard.positions] = shard.ranker.scores(query)
-        return np.round(out, 6)
-
-    def rebuild(self, changed: set[str]) -> None:
-        """Re-index the shards holding ``changed`` (all of them when the shard count moves)."""
-        self.ids = sorted(self.docs)
-        count = _shard_count(len(self.ids))
-        dirty = (
-            set(range(count))
-            if count != len(self.shards)
-            else {_shard_of(i, count) for i in changed}
-        )
-        if count != len(self.shards):
-            self.shards = [_Shard() for _ in range(count)]
-        members: list[list[int]] = [[] for _ in range(count)]
-        for position, item_id in enumerate(self.ids):
-            members[_shard_of(item_id, count)].append(position)
-        for n, shard in enumerate(self.shards):
-            shard.positions = np.asarray(members[n], dtype=np.int64)
-            if n in dirty:
-                shard.ranker.build([self.docs[self.ids[p]].terms for p in members[n]])
-        found = [self.docs[i].vector for i in self.ids]
-        dim = next((len(v) for v in found if v is not None), 0)
-        self.vectors = np.zeros((len(self.ids), dim), dtype=np.float32)
-        for position, vector in enumerate(found):
-            if vector is not None and len(vector) == dim:
-                self.vectors[position] = vector
-
-
-def _shard_count(n_docs: int) -> int:
-    return 1 if n_docs <= SHARD_DOCS else 1 << math.ceil(math.log2(n_docs / SHARD_DOCS))
-
-
-def _shard_of(item_id: str, count: int) -> int:
-    return zlib.crc32(item_id.encode()) % count
+    snapshot_at: int = 0  # how many changes the index had taken in at the stored snapshot
+    changes: int = 0
+    embedding: bool = False  # a background thread is embedding its items
 
 
 class Recall:
@@ -207,7 +134,7 @@ class Recall:
         self.store = store
         self.client: redis.Redis = store.client
         self._embedder = embedder
-        self._tenants: dict[str, _TenantIndex] = {}
+        self._tenants: dict[str, _Tenant] = {}
         self._lock = threading.Lock()
 
     @property
@@ -231,61 +158,82 @@ class Recall:
         """The ``k`` best current, unexpired, not stale items visible to ``ctx`` for ``query``.
 
         ``ranking``: both rankings fused (the default), or one of them alone
-        (to compare them); without an embedder, keywords.
+        (to compare them); without an embedder, or while the tenant's items
+        are being embedded, keywords (``Hit.index`` says which served).
         """
         wanted = terms(query)
         if not wanted or k <= 0:
             return []
         embedder = None if ranking == "keyword" else self.embedder
-        if embedder is None:
-            ranking = "keyword"
         query_vector = embedder.embed([query])[0] if embedder is not None else None
-        now = self.store.now_ms()
-        allowed = {str(s) for s in scopes}
-        # The index is rebuilt in place as the tenant's memory changes: another task
-        # slot of this process must not score it halfway through (hits are re-read outside).
-        with self._lock:
-            index = self._refresh(ctx.tenant, embedder)
-            if not index.ids:
+        allowed = [str(s) for s in scopes]
+        visible = None if operator else ctx.visible()
+        if visible is not None and allowed:
+            visible = tuple(s for s in visible if s in allowed)
+        elif allowed:
+            visible = tuple(allowed)
+        enough = max(k * 4, 32)
+        while True:
+            ranked, more = self._rank(
+                ctx.tenant, embedder, wanted, query_vector, ranking, visible, min_authority,
+                kinds, enough,
+            )  # fmt: skip
+            if not ranked:
                 return []
-            ids = list(index.ids)
-            mask = np.fromiter(
-                (
-                    doc.status == "current"
-                    and not (doc.valid_until and now >= doc.valid_until)
-                    and not (doc.reverify_after and now >= doc.reverify_after)
-                    and doc.authority >= min_authority
-                    and (not allowed or str(doc.scope) in allowed)
-                    and (not kinds or doc.kind in kinds)
-                    and ctx.sees(doc.scope, operator=operator)
-                    for doc in (index.docs[i] for i in ids)
-                ),
-                dtype=bool,
-                count=len(ids),
+            now, served = ranked[0][2], ranked[0][3]
+            hits: list[Hit] = []
+            step = max(k * 2, 8)
+            for start in range(0, len(ranked), step):
+                chunk = ranked[start : start + step]
+                fresh = self._still_current(ctx, [hit[0] for hit in chunk], now, operator)
+                for item_id, score, _, _ in chunk:
+                    item = fresh.get(item_id)
+                    if item is not None:
+                        hits.append(Hit(item, score, served))
+                        if len(hits) == k:
+                            return hits
+            if not more:
+                return hits
+            enough *= 4  # the best ones changed since the index saw them: look further
+
+    def _rank(
+        self,
+        name: str,
+        embedder: Embedder | None,
+        wanted: list[str],
+        query_vector: np.ndarray | None,
+        ranking: Ranking,
+        visible: Sequence[str] | None,
+        min_authority: int,
+        kinds: Sequence[str],
+        enough: int,
+    ) -> tuple[list[tuple[str, float, int, str]], bool]:
+        """The ``enough`` best candidates (and any tying with the last), best first, each
+        with Redis's time and the ranking that served; and whether there are more."""
+        # The index changes in place as the tenant's memory does: another task slot of this
+        # process must not score it halfway through (hits are re-read outside).
+        with self._lock:
+            tenant, now = self._refresh(name, embedder)
+            index = tenant.index
+            if not len(index):
+                return [], False
+            mask = index.mask(now, scopes=visible, min_authority=min_authority, kinds=kinds)
+            alike = None
+            if query_vector is not None and not tenant.embedding:
+                alike = index.alike(query_vector)
+            if alike is None:
+                ranking = "keyword"
+            keyword = index.bm25(wanted) if ranking != "dense" else None
+            scores = keyword if ranking == "keyword" else _fused(mask, keyword, alike)
+            assert scores is not None
+            candidates = np.nonzero(mask & (scores > 0))[0]
+            best = _best(candidates, scores[candidates], enough)
+            ranked = sorted(
+                ((index.ids[s], float(scores[s])) for s in best), key=lambda h: (-h[1], h[0])
             )
-            scores = index.scores(wanted) if ranking != "dense" else None
-            alike = (
-                index.vectors @ query_vector
-                if query_vector is not None and index.vectors.shape[1] == len(query_vector)
-                else None
-            )
-        scores = _fused(mask, scores, alike) if ranking != "keyword" else scores
-        assert scores is not None
-        candidates = np.nonzero(mask & (scores > 0))[0]
-        # Best score first, then item id (index.ids is sorted): the same order everywhere.
-        ranked = candidates[np.lexsort((candidates, -scores[candidates]))]
+        assert embedder is not None or ranking == "keyword"
         served = "keyword" if ranking == "keyword" else f"{ranking}:{embedder.name}"
-        hits: list[Hit] = []
-        for start in range(0, len(ranked), max(k * 2, 8)):
-            chunk = ranked[start : start + max(k * 2, 8)]
-            fresh = self._still_current(ctx, [ids[i] for i in chunk], now, operator)
-            for position in chunk:
-                item = fresh.get(ids[position])
-                if item is not None:
-                    hits.append(Hit(item, float(scores[position]), served))
-                    if len(hits) == k:
-                        return hits
-        return hits
+        return [(i, score, now, served) for i, score in ranked], len(best) < len(candidates)
 
     def _still_current(
         self, ctx: MemoryContext, ids: list[str], now: int, operator: bool
@@ -300,93 +248,184 @@ class Recall:
             and ctx.sees(item.scope, operator=operator)
         }
 
-    def _refresh(self, tenant: str, embedder: Embedder | None) -> _TenantIndex:
-        index = self._tenants.setdefault(tenant, _TenantIndex())
-        stream = keys.memory_changes(tenant)
-        last = self.client.xrevrange(stream, count=1)
+    # ----------------------------------------------------------------- refresh
+
+    def _refresh(self, name: str, embedder: Embedder | None) -> tuple[_Tenant, int]:
+        """The tenant's index with every change taken in, and Redis's time (ms), in one
+        round trip when nothing changed."""
+        stream = keys.memory_changes(name)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.get(keys.memory_forgets(name))
+        pipe.xrevrange(stream, count=1)
+        (seconds, micros), forgets, last = pipe.execute()
+        now = seconds * 1000 + micros // 1000
+        generation = forgets.decode() if forgets else "0"
         last_id = last[0][0].decode() if last else ""
-        embedded = embedder.name if embedder is not None else ""
-        if index.built and last_id == index.last_change and embedded == index.embedded:
-            return index
+        tenant = self._tenants.get(name)
+        if tenant is None:
+            tenant = self._tenants[name] = self._load(name) or _Tenant()
+        # The vectors the index keeps: this embedder's; without one (a keyword search), the
+        # ones it has.
+        embedded = tenant.embedded if embedder is None else embedder.name
+        if tenant.built and last_id == tenant.last_change and embedded == tenant.embedded:
+            return tenant, now
         changed: set[str] | None = None
-        # An index made without this embedder's vectors is read again whole (with them).
-        if index.built and index.last_change and embedded == index.embedded:
+        if tenant.built and tenant.last_change:
             oldest = self.client.xrange(stream, count=1)
-            if oldest and _stream_id(oldest[0][0].decode()) <= _stream_id(index.last_change):
-                entries = self.client.xrange(stream, min=f"({index.last_change}")
+            if oldest and _stream_id(oldest[0][0].decode()) <= _stream_id(tenant.last_change):
+                entries = self.client.xrange(stream, min=f"({tenant.last_change}", max=last_id)
                 changed = {fields[b"id"].decode() for _, fields in entries}
         if changed is None:  # first use, or the stream was trimmed past what we saw
-            index.docs.clear()
-            changed = {i.decode() for i in self.client.zrange(keys.memory_items(tenant), 0, -1)}
-        ordered = sorted(changed)
-        pipe = self.client.pipeline(transaction=False)
-        for item_id in ordered:
-            pipe.hmget(
-                keys.memory_item(tenant, item_id),
-                "text",
-                "key",
-                "scope",
-                "status",
-                "valid_until",
-                "reverify_after",
-                "authority",
-                "kind",
-                "user",
-                "vec_model",
-                "vec",
-            )
-        unembedded: list[tuple[str, str]] = []  # item id, the text its vector is made of
-        for item_id, row in zip(ordered, pipe.execute(), strict=True):
-            if row[0] is None:
-                index.docs.pop(item_id, None)
-                continue
-            text, key, scope, status, valid_until, reverify_after, authority, kind, user = (
-                v.decode() for v in row[:9]
-            )
-            vector = None
-            if embedder is not None and row[9] is not None and row[9].decode() == embedder.name:
-                vector = np.frombuffer(row[10], dtype=np.float32)
-            elif embedder is not None:
-                # What it is about and what it says; a key made of the text's digest
-                # (``#…``, a claim written without one) means nothing to the embedder.
-                about = "" if key.startswith("#") else f"{key} "
-                unembedded.append((item_id, about + text))
-            index.docs[item_id] = _Doc(
-                terms=terms(f"{key} {text}"),
-                scope=Scope.parse(scope),
-                status=status,
-                valid_until=int(valid_until or 0),
-                reverify_after=int(reverify_after or 0),
-                authority=int(authority),
-                kind=kind,
-                user=user,
-                vector=vector,
-            )
-        if embedder is not None and unembedded:
-            self._embed(tenant, index, unembedded, embedder)
-        index.rebuild(changed)
-        index.last_change, index.built, index.embedded = last_id, True, embedded
-        return index
+            tenant.index = TenantIndex()
+            tenant.changes = tenant.snapshot_at = 0
+            changed = {i.decode() for i in self.client.zrange(keys.memory_items(name), 0, -1)}
+        if embedded != tenant.embedded:
+            tenant.index.drop_vectors()
+            changed |= set(tenant.index.slot)  # read again, with their vectors
+        self._take_in(name, tenant.index, sorted(changed), embedded)
+        tenant.last_change, tenant.built, tenant.embedded = last_id, True, embedded
+        tenant.changes += len(changed)
+        if embedder is not None:
+            self._fill(name, tenant, embedder)
+        if len(tenant.index) >= SNAPSHOT_ITEMS and tenant.changes - tenant.snapshot_at >= max(
+            SNAPSHOT_ITEMS, len(tenant.index) // 4
+        ):
+            self._save(name, tenant, generation)
+        return tenant, now
 
-    def _embed(
-        self,
-        tenant: str,
-        index: _TenantIndex,
-        texts: list[tuple[str, str]],
-        embedder: Embedder,
-    ) -> None:
-        """Embed the items that have no vector of this embedder, and store the vectors back
-        on those that still exist, so that no other process embeds them again."""
-        vectors = embedder.embed([text for _, text in texts])
-        where = keys.script_keys("memoryVector", tenant=tenant)
-        for start in range(0, len(texts), 256):  # a few hundred items a call
+    def _take_in(self, name: str, index: TenantIndex, ids: list[str], embedded: str) -> None:
+        """Read ``ids`` again and index them as they are now (gone: removed), with their
+        vectors of the embedder named ``embedded``."""
+        pipe = self.client.pipeline(transaction=False)
+        for item_id in ids:
+            pipe.hmget(keys.memory_item(name, item_id), *_FIELDS)
+        for item_id, row in zip(ids, pipe.execute(), strict=True):
+            if row[0] is None:
+                index.remove(item_id)
+                continue
+            text, key, scope, status, valid_until, reverify_after, authority, kind = (
+                v.decode() for v in row[:8]
+            )
+            ours = embedded and row[8] is not None and row[8].decode() == embedded
+            index.put(
+                item_id,
+                Row(
+                    terms=terms(f"{key} {text}"),
+                    scope=scope,
+                    current=status == "current",
+                    valid_until=int(valid_until or 0),
+                    reverify_after=int(reverify_after or 0),
+                    authority=int(authority),
+                    kind=kind,
+                    vector=np.frombuffer(row[9], dtype=np.float32) if ours else None,
+                ),
+            )
+
+    def _fill(self, name: str, tenant: _Tenant, embedder: Embedder) -> None:
+        """Embed the tenant's items that have no vector of ``embedder``: a few now, many in
+        the background."""
+        missing = tenant.index.missing_count()
+        if not missing or tenant.embedding:
+            return
+        if missing <= EMBED_NOW:
+            self._embed(name, tenant.index, tenant.index.missing_vectors(), embedder)
+        else:
+            tenant.embedding = True
+            threading.Thread(
+                target=self._embed_all, args=(name, tenant, embedder), daemon=True
+            ).start()
+
+    def _embed(self, name: str, index: TenantIndex, ids: list[str], embedder: Embedder) -> None:
+        """Embed ``ids`` and store their vectors back on those that still exist, so that no
+        other process embeds them again; then into ``index``."""
+        pipe = self.client.pipeline(transaction=False)
+        for item_id in ids:
+            pipe.hmget(keys.memory_item(name, item_id), "key", "text")
+        found = [
+            (item_id, embedded_text(key.decode(), text.decode()))
+            for item_id, (key, text) in zip(ids, pipe.execute(), strict=True)
+            if text is not None
+        ]
+        vectors = embedder.embed([text for _, text in found])
+        where = keys.script_keys("memoryVector", tenant=name)
+        for start in range(0, len(found), 256):  # a few hundred items a call
             args: list[str | bytes] = [embedder.name]
             for (item_id, _), vector in zip(
-                texts[start : start + 256], vectors[start : start + 256], strict=True
+                found[start : start + 256], vectors[start : start + 256], strict=True
             ):
-                index.docs[item_id].vector = vector
                 args += [item_id, vector.astype(np.float32).tobytes()]
             run_plain(self.client, "memoryVector", where, args)
+        for (item_id, _), vector in zip(found, vectors, strict=True):
+            if item_id in index.slot:
+                index.set_vector(item_id, vector)
+
+    def _embed_all(self, name: str, tenant: _Tenant, embedder: Embedder) -> None:
+        """Embed a tenant's items in the background, a batch at a time, until every one has a
+        vector of ``embedder``; searches meanwhile rank by keywords."""
+        try:
+            while True:
+                with self._lock:
+                    index = tenant.index
+                    todo = index.missing_vectors()[:256]
+                if not todo or tenant.embedded != embedder.name:
+                    return
+                batch = TenantIndex()  # embedded apart, then moved in under the lock
+                for item_id in todo:
+                    batch.put(item_id, Row((), "", False, 0, 0, 0, ""))
+                self._embed(name, batch, todo, embedder)
+                with self._lock:
+                    for item_id in todo:
+                        slot = batch.slot[item_id]
+                        if item_id in index.slot and batch.has_vector[slot]:
+                            index.set_vector(item_id, batch.vectors[slot])
+                        elif item_id in index.slot:
+                            index.remove(item_id)  # forgotten meanwhile
+        finally:
+            tenant.embedding = False
+
+    # ---------------------------------------------------------------- snapshot
+
+    def _load(self, name: str) -> _Tenant | None:
+        """The tenant's index from its snapshot in Redis, if there is one that is still
+        good: made under the current forget generation, and of changes the stream still
+        holds after it (else the index is built from the items)."""
+        where = keys.memory_index(name)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(where, "upto", "generation")
+        pipe.get(keys.memory_forgets(name))
+        pipe.xrange(keys.memory_changes(name), count=1)
+        (upto, generation), forgets, oldest = pipe.execute()
+        if upto is None or generation != (forgets or b"0"):
+            return None
+        if not oldest or _stream_id(oldest[0][0].decode()) > _stream_id(upto.decode()):
+            return None
+        blob, embedder = self.client.hmget(where, "blob", "embedder")
+        if blob is None:
+            return None
+        tenant = _Tenant(index=TenantIndex.from_bytes(blob), last_change=upto.decode(), built=True)
+        tenant.embedded = (embedder or b"").decode()
+        return tenant
+
+    def _save(self, name: str, tenant: _Tenant, generation: str) -> None:
+        res = run_plain(
+            self.client,
+            "memoryIndex",
+            keys.script_keys("memoryIndex", tenant=name),
+            [generation, tenant.last_change, tenant.embedded, len(tenant.index),
+             tenant.index.to_bytes()],
+        )  # fmt: skip
+        if res.data["stored"] or res.data["why"] == "older":
+            tenant.snapshot_at = tenant.changes
+
+
+def _best(candidates: np.ndarray, values: np.ndarray, enough: int) -> np.ndarray:
+    """The ``enough`` best of ``candidates`` by ``values``, and every one tying with the last
+    of them (ties are then broken by item id, the same in every process)."""
+    if len(candidates) <= enough:
+        return candidates
+    bar = np.partition(values, -enough)[-enough]
+    return candidates[values >= bar]
 
 
 def _fused(mask: np.ndarray, keyword: np.ndarray | None, alike: np.ndarray | None) -> np.ndarray:

@@ -21,6 +21,7 @@ import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import redis
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -35,7 +36,7 @@ from ..errors import (
 from ..persistence import persist
 from ..redact import looks_secret
 from ..replies import Asked, check
-from ..scripts import run_plain
+from ..scripts import ScriptResult, evalsha, load, run_plain
 from .items import (
     AUTHORITY,
     Claim,
@@ -48,6 +49,9 @@ from .items import (
     digest,
 )
 from .quotes import MIN_QUOTE_CHARS, Quotes, drop_entries, scrub_hash, scrub_list
+
+if TYPE_CHECKING:
+    from .embed import Embedder
 
 CHANGES_MAXLEN = 10_000
 PROMOTE_AFTER_JOBS = 3  # a claim written in this many jobs may be promoted
@@ -103,10 +107,23 @@ class MemoryStore:
         *,
         promote_after_jobs: int = PROMOTE_AFTER_JOBS,
         changes_maxlen: int = CHANGES_MAXLEN,
+        embedder: Embedder | Literal["default"] | None = None,
     ) -> None:
+        """``embedder``: what embeds an item as it is written, so that no reader has to
+        (``recall``); ``"default"``: the process's (``embed.default_embedder``), made at the
+        first write; None: none (a reader embeds it)."""
         self.client = client
         self.promote_after_jobs = promote_after_jobs
         self.changes_maxlen = changes_maxlen
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder | None:
+        if self._embedder == "default":
+            from .embed import default_embedder  # numpy and the model: only once one writes
+
+            self._embedder = default_embedder()
+        return self._embedder
 
     # ----------------------------------------------------------------- writes
 
@@ -119,6 +136,10 @@ class MemoryStore:
         only from the user, a verifier or the system — anything else stays
         job-scoped until ``promote`` lets it out.
         """
+        self._check_writable(ctx, claim)
+        return self._store(ctx, claim, item_id=item_id or f"m-{secrets.token_hex(8)}")
+
+    def _check_writable(self, ctx: MemoryContext, claim: Claim) -> None:
         self._check_scope(ctx, claim.scope)
         if claim.scope.wide and claim.source_kind not in (
             SourceKind.USER,
@@ -129,7 +150,6 @@ class MemoryStore:
                 f"a {claim.source_kind.value} claim stays job-scoped; "
                 f"promote it with evidence to reach {claim.scope}"
             )
-        return self._store(ctx, claim, item_id=item_id or f"m-{secrets.token_hex(8)}")
 
     def promote(
         self,
@@ -181,9 +201,56 @@ class MemoryStore:
         owner = ctx.model_copy(update={"user": item.user or ctx.user})
         return self._store(owner, claim, item_id=f"m-{secrets.token_hex(8)}", promoted_from=item.id)
 
+    def write_many(self, ctx: MemoryContext, claims: Sequence[Claim]) -> list[str]:
+        """Store ``claims`` as ``write`` does, each with an id of its own, a few hundred a
+        round trip (and embedded in batches): an import. Returns the ids, in order (a
+        claim that repeats the current one gives that one's)."""
+        for claim in claims:
+            self._check_writable(ctx, claim)
+        # Every claim checked before the first is sent: a refused one stores none.
+        calls = [
+            self._args(ctx, claim, f"m-{secrets.token_hex(8)}", "", vector)
+            for claim, vector in zip(claims, self._vectors(claims), strict=True)
+        ]
+        where = keys.script_keys("memoryWrite", tenant=ctx.tenant)
+        load(self.client, "memoryWrite")
+        ids: list[str] = []
+        for start in range(0, len(calls), 500):
+            pipe = self.client.pipeline(transaction=False)
+            for args in calls[start : start + 500]:
+                evalsha(pipe, "memoryWrite", where, args)
+            for raw in pipe.execute():
+                res = ScriptResult.parse(raw)
+                check("memoryWrite", res, Asked())
+                ids.append(res.data["id"])
+        self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)
+        return ids
+
     def _store(
         self, ctx: MemoryContext, claim: Claim, *, item_id: str, promoted_from: str = ""
     ) -> MemoryItem:
+        args = self._args(ctx, claim, item_id, promoted_from, self._vectors([claim])[0])
+        res = run_plain(
+            self.client, "memoryWrite", keys.script_keys("memoryWrite", tenant=ctx.tenant), args
+        )
+        check("memoryWrite", res, Asked())
+        self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)
+        return self._read(ctx.tenant, res.data["id"])
+
+    def _vectors(self, claims: Sequence[Claim]) -> list[bytes]:
+        """Each claim's vector by the store's embedder (float32 bytes), b"" without one."""
+        embedder = self.embedder
+        if embedder is None or not claims:
+            return [b""] * len(claims)
+        from .embed import embedded_text
+
+        texts = [embedded_text(c.claim_key, c.text) for c in claims]
+        return [v.astype("float32").tobytes() for v in embedder.embed(texts)]
+
+    def _args(
+        self, ctx: MemoryContext, claim: Claim, item_id: str, promoted_from: str, vector: bytes
+    ) -> list[str | int | bytes]:
+        """memoryWrite's arguments for ``claim``; MemoryRefused for what no write may hold."""
         if looks_secret(claim.text):
             raise SecretInMemory()
         key = claim.claim_key
@@ -206,34 +273,29 @@ class MemoryStore:
         valid_for_s = claim.valid_for_s
         if claim.scope.kind is ScopeKind.TEMP and not valid_for_s:
             valid_for_s = TEMP_TTL_S
-        res = run_plain(
-            self.client,
-            "memoryWrite",
-            keys.script_keys("memoryWrite", tenant=ctx.tenant),
-            [
-                item_id,
-                str(claim.scope),
-                key,
-                claim.text,
-                claim.kind,
-                ctx.user,
-                provenance.source_kind.value,
-                provenance.source_ref,
-                ctx.job,
-                ctx.task,
-                ctx.actor,
-                provenance.authority,
-                valid_for_s * 1000,
-                claim.reverify_after_s * 1000,
-                _claim_digest(key, claim.text),
-                promoted_from,
-                self.changes_maxlen,
-                *provenance.derived_from,
-            ],
-        )
-        check("memoryWrite", res, Asked())
-        self.client.sadd(keys.MEMORY_TENANTS, ctx.tenant)
-        return self._read(ctx.tenant, res.data["id"])
+        embedder = self.embedder if vector else None
+        return [
+            item_id,
+            str(claim.scope),
+            key,
+            claim.text,
+            claim.kind,
+            ctx.user,
+            provenance.source_kind.value,
+            provenance.source_ref,
+            ctx.job,
+            ctx.task,
+            ctx.actor,
+            provenance.authority,
+            valid_for_s * 1000,
+            claim.reverify_after_s * 1000,
+            _claim_digest(key, claim.text),
+            promoted_from,
+            self.changes_maxlen,
+            embedder.name if embedder is not None else "",
+            vector,
+            *provenance.derived_from,
+        ]
 
     # ------------------------------------------------------------------ reads
 
