@@ -5,9 +5,12 @@
     store    MemoryStore: write, read, promote (the gate), forget (through all
              that was derived) and expire with the job
     files    MemoryFiles: the /memories tree (AGENTS.md, notes, scratchpads)
-    recall   Recall: BM25 keyword search over a tenant's items, offline
+    recall   Recall: keywords and meaning fused over a tenant's items
              (imported from ``shared_state.memory.recall``: it loads numpy,
              which a process that never recalls should not pay for)
+    index    TenantIndex: what recall keeps per tenant in a process (filter
+             columns, postings, vectors), and its snapshot in Redis
+    embed    the embedders: the offline default and an OpenAI-compatible one
 
 Errors are the state layer's (``shared_state.errors``): ``MemoryRefused`` and
 its children, ``MemoryNotFound``.
