@@ -128,8 +128,8 @@ def test_bm25_scores_are_bm25s_lucene_scores_through_removals_and_reuse() -> Non
 def test_removing_an_item_leaves_no_word_or_vector_of_it() -> None:
     index = TenantIndex()
     vector = np.ones(4, dtype=np.float32) / 2
-    index.put("a", Row(["shared", "onlyhere"], "user:u:", True, 0, 0, 3, "fact", vector))
-    index.put("b", Row(["shared"], "app:", True, 0, 0, 3, "fact", vector))
+    index.put("a", Row(["shared", "onlyhere"], "user:u:", True, 0, 0, 3, "fact", vector=vector))
+    index.put("b", Row(["shared"], "app:", True, 0, 0, 3, "fact", vector=vector))
     index.remove("a")
     assert "onlyhere" not in index.postings
     assert not index.vectors[:1].any()

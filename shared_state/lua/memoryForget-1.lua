@@ -83,8 +83,17 @@ for chainKey in pairs(settle) do
     end
   end
   if best then
-    redis.call('HSET', p .. 'item:' .. best, 'status', 'current', 'contests', '')
+    redis.call('HSET', p .. 'item:' .. best, 'status', 'current', 'contests', '', 'shadowed_until', 0)
     redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'op', 'put', 'id', best)
+    -- One version holds: another still marked current (the value a removed temporary one
+    -- shadowed, when a stronger one is best) is superseded by it.
+    for _, member in ipairs(redis.call('LRANGE', chainKey, 0, -1)) do
+      local itemKey = p .. 'item:' .. member
+      if member ~= best and redis.call('HGET', itemKey, 'status') == 'current' then
+        redis.call('HSET', itemKey, 'status', 'superseded', 'superseded_by', best, 'shadowed_until', 0)
+        redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'op', 'put', 'id', member)
+      end
+    end
   end
 end
 

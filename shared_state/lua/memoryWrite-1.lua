@@ -18,14 +18,17 @@
   ARGV[18] the embedder of ARGV[19] ('' none)    ARGV[19] the item's vector (float32 bytes)
   ARGV[20 ..] ids of the items this one is derived from
 
-  The chain of (scope, key) has at most one version marked current. The new
-  version becomes current when there is none, when the current one has
-  expired, or when its authority is at least the current one's (which is
-  marked superseded); a newer claim of lower authority is kept as contested
-  and the current one stays. A claim equal to the current one (same digest)
-  adds no version (the job is counted as having seen it) unless the current
-  one has expired or the new source has more authority: then it is a new
-  version that supersedes it.
+  The chain of (scope, key) has at most one version that holds: marked
+  current, unexpired, not shadowed. The new version holds when none does, or
+  when its authority is at least that one's — or, in a user: scope, when the
+  user of that scope says it (a person is the authority on themselves). A
+  newer claim that does not win is kept as contested and the current one
+  stays. When the new one wins, a temporary value (valid for a time) shadows
+  the lasting one until it expires — which then holds again with no write —
+  and supersedes any other; a lasting value supersedes every version marked
+  current. A claim equal to the one that holds (same digest) adds no version
+  (the job is counted as having seen it) unless the new source has more
+  authority: then it is a new version that supersedes it.
 
   Shingles: the digests of a text's runs of n words (n = 1..6, ASCII letters
   and digits, lower-cased), tagged with n. An item keeps those of its own
@@ -71,30 +74,50 @@ local seen = redis.call('SCARD', seenKey)
 
 local chainKey = p .. 'chain:' .. scope .. '|' .. key
 local chain = redis.call('LRANGE', chainKey, 0, -1)
+local changes, maxlen = p .. 'changes', tonumber(ARGV[17])
+-- The version that holds now: marked current, unexpired and not shadowed. Others marked
+-- current are expired temporary values, or the value a temporary one shadows (it holds
+-- again once that one expires).
 local current, cur
+local marked = {}
 for _, member in ipairs(chain) do
   local m = redis.call('HMGET', p .. 'item:' .. member, 'status', 'authority', 'valid_until', 'digest',
-    'version', 'observed_at')
-  if m[1] == 'current' then current, cur = member, m end
+    'version', 'observed_at', 'shadowed_until')
+  if m[1] == 'current' then
+    marked[#marked + 1] = {member, tonumber(m[3]) or 0}
+    local untilMs, shadow = tonumber(m[3]) or 0, tonumber(m[7]) or 0
+    if (untilMs == 0 or untilMs > now) and shadow <= now then current, cur = member, m end
+  end
 end
-local curExpired = cur and (tonumber(cur[3]) or 0) > 0 and tonumber(cur[3]) <= now
--- A repeat adds nothing, unless it renews an expired claim or a stronger source confirms it.
-if cur and cur[4] == ARGV[15] and not curExpired and authority <= tonumber(cur[2]) then
+-- A repeat adds nothing, unless a stronger source confirms it.
+if cur and cur[4] == ARGV[15] and authority <= tonumber(cur[2]) then
   return reply(1, {id = current, status = 'current', version = tonumber(cur[5]),
     observed_at = tonumber(cur[6]), supersedes = '', duplicate = true, seen = seen})
 end
 
+local validFor, reverify = tonumber(ARGV[13]), tonumber(ARGV[14])
+local validUntil = (validFor > 0 and now + validFor) or 0
+-- Authority, then recency; but a person is the authority on themselves: in their own
+-- user: scope, what they say later wins over any earlier version, a verified one too.
+local own = ARGV[7] == 'user' and ARGV[6] ~= '' and scope == 'user:' .. ARGV[6] .. ':'
 local status = 'current'
-if cur then
-  if curExpired or authority >= tonumber(cur[2]) then
-    redis.call('HSET', p .. 'item:' .. current, 'status', 'superseded', 'superseded_by', id)
-    redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[17]), '*', 'op', 'put', 'id', current)
-  else
-    status = 'contested'
+if cur and not own and authority < tonumber(cur[2]) then
+  status = 'contested'
+else
+  -- A temporary value shadows the lasting one until it expires; anything else is
+  -- superseded (a lasting value supersedes all, the shadowed one too).
+  for _, held in ipairs(marked) do
+    local member, lasting = held[1], held[2] == 0
+    if validUntil > 0 and lasting then
+      redis.call('HSET', p .. 'item:' .. member, 'shadowed_until', validUntil, 'shadowed_by', id)
+    else
+      redis.call('HSET', p .. 'item:' .. member, 'status', 'superseded', 'superseded_by', id,
+        'shadowed_until', 0)
+    end
+    redis.call('XADD', changes, 'MAXLEN', '~', maxlen, '*', 'op', 'put', 'id', member)
   end
 end
 
-local validFor, reverify = tonumber(ARGV[13]), tonumber(ARGV[14])
 local version = #chain + 1
 local shingles = {}
 runs(words, math.min(6, #words), shingles)
@@ -103,7 +126,7 @@ redis.call('HSET', itemKey, 'id', id, 'scope', scope, 'key', key, 'text', ARGV[4
   'actor', ARGV[11], 'authority', authority, 'observed_at', now, 'status', status,
   'version', version, 'supersedes', (status == 'current' and current) or '',
   'contests', (status == 'contested' and current) or '', 'promoted_from', ARGV[16],
-  'valid_until', (validFor > 0 and now + validFor) or 0,
+  'valid_until', validUntil,
   'reverify_after', (reverify > 0 and now + reverify) or 0,
   'digest', ARGV[15], 'shingles', table.concat(shingles, ' '),
   'derived_from', table.concat(parents, ' '))
@@ -117,7 +140,7 @@ end
 if ARGV[6] ~= '' then redis.call('SADD', p .. 'user:' .. ARGV[6], id) end
 redis.call('RPUSH', chainKey, id)
 for _, parent in ipairs(parents) do redis.call('SADD', p .. 'derived:' .. parent, id) end
-redis.call('XADD', p .. 'changes', 'MAXLEN', '~', tonumber(ARGV[17]), '*', 'op', 'put', 'id', id)
+redis.call('XADD', changes, 'MAXLEN', '~', maxlen, '*', 'op', 'put', 'id', id)
 
 return reply(1, {id = id, status = status, version = version, observed_at = now,
   supersedes = (status == 'current' and current) or '', seen = seen})

@@ -3,10 +3,12 @@
 When a job ends (succeeded, failed, cancelled) its episode is written to the
 user's scope: the goal, the outcome, the decisions and facts its tasks
 recorded in the job's memory (each with its source), and the artifacts it
-made. No model is asked: the episode is the records, condensed. It is derived
-from the job items it quotes, so forgetting one of them forgets the episode;
-and it is written once per job and round (its id is theirs), however often
-the job is retired: a retried job's new episode supersedes the old one.
+made; its authority is the weakest of what it quotes (an agent's decision
+keeps an agent's authority, 1, condensed or not). No model is asked: the
+episode is the records, condensed. It is derived from the job items it
+quotes, so forgetting one of them forgets the episode; and it is written
+once per job and round (its id is theirs), however often the job is
+retired: a retried job's new episode supersedes the old one.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from __future__ import annotations
 from .. import keys
 from ..models import Job, Scenario
 from ..redact import redact
-from .items import MAX_TEXT, Claim, MemoryContext, MemoryItem, Scope, ScopeKind, SourceKind
+from .items import (
+    AUTHORITY,
+    MAX_TEXT,
+    Claim,
+    MemoryContext,
+    MemoryItem,
+    Scope,
+    ScopeKind,
+    SourceKind,
+)
 from .store import MemoryStore
 
 _ARTIFACT_KINDS = ("report", "features", "verdict")
@@ -56,6 +67,7 @@ def record_episode(store: MemoryStore, job: Job) -> MemoryItem | None:
     if refs:
         lines.append("Artifacts: " + ", ".join(f"{kind} {a}" for a, kind in refs))
     text = redact(_fit(lines))  # a goal may quote a key: masked, never refused
+    quoted = [i for i in items if i.text[:_PER_ITEM] in text]
     claim = Claim(
         scope=Scope(kind=ScopeKind.USER, id=job.user),
         text=text,
@@ -63,7 +75,10 @@ def record_episode(store: MemoryStore, job: Job) -> MemoryItem | None:
         kind="episode",
         source_kind=SourceKind.SYSTEM,
         source_ref=f"job {job.job_id} records",
-        derived_from=tuple(i.id for i in items if i.text[:_PER_ITEM] in text),
+        # No stronger than what it quotes: an agent's unverified decision does not reach
+        # later jobs with the system's authority by being condensed into an episode.
+        authority=min([AUTHORITY[SourceKind.SYSTEM], *(i.provenance.authority for i in quoted)]),
+        derived_from=tuple(i.id for i in quoted),
     )
     return store.write(ctx, claim, item_id=episode_id(job))
 

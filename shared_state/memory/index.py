@@ -44,6 +44,7 @@ class Row:
     reverify_after: int
     authority: int
     kind: str
+    shadowed_until: int = 0  # a temporary value holds instead until then (ms)
     vector: np.ndarray | None = None  # unit length, of the index's embedder
 
 
@@ -63,6 +64,7 @@ class TenantIndex:
         self.current = np.zeros(0, dtype=bool)
         self.valid_until = np.zeros(0, dtype=np.int64)
         self.reverify_after = np.zeros(0, dtype=np.int64)
+        self.shadowed_until = np.zeros(0, dtype=np.int64)
         self.authority = np.zeros(0, dtype=np.int8)
         self.scope = np.zeros(0, dtype=np.int32)
         self.kind = np.zeros(0, dtype=np.int32)
@@ -94,6 +96,7 @@ class TenantIndex:
         self.current[slot] = row.current
         self.valid_until[slot] = row.valid_until
         self.reverify_after[slot] = row.reverify_after
+        self.shadowed_until[slot] = row.shadowed_until
         self.authority[slot] = row.authority
         self.scope[slot] = self.scopes.setdefault(row.scope, len(self.scopes))
         self.kind[slot] = self.kinds.setdefault(row.kind, len(self.kinds))
@@ -141,8 +144,8 @@ class TenantIndex:
         return slot
 
     def _grow(self, cap: int) -> None:
-        for name in ("alive", "current", "valid_until", "reverify_after", "authority", "scope",
-                     "kind", "length", "has_vector"):  # fmt: skip
+        for name in ("alive", "current", "valid_until", "reverify_after", "shadowed_until",
+                     "authority", "scope", "kind", "length", "has_vector"):  # fmt: skip
             old = getattr(self, name)
             new = np.zeros(cap, dtype=old.dtype)
             new[: len(old)] = old
@@ -178,8 +181,9 @@ class TenantIndex:
         min_authority: int = 0,
         kinds: Sequence[str] = (),
     ) -> np.ndarray:
-        """The slots recall may serve: current, unexpired, not due for re-verification (by
-        ``now``, Redis time), of ``scopes`` (None: any), ``min_authority`` and ``kinds``."""
+        """The slots recall may serve: current, unexpired, not shadowed, not due for
+        re-verification (by ``now``, Redis time), of ``scopes`` (None: any),
+        ``min_authority`` and ``kinds``."""
         n = len(self.ids)
         valid, reverify = self.valid_until[:n], self.reverify_after[:n]
         out = (
@@ -187,6 +191,7 @@ class TenantIndex:
             & self.current[:n]
             & ((valid == 0) | (now < valid))
             & ((reverify == 0) | (now < reverify))
+            & (self.shadowed_until[:n] <= now)
             & (self.authority[:n] >= min_authority)
         )
         if scopes is not None:
@@ -258,6 +263,7 @@ class TenantIndex:
             current=self.current[live],
             valid_until=self.valid_until[live],
             reverify_after=self.reverify_after[live],
+            shadowed_until=self.shadowed_until[live],
             authority=self.authority[live],
             scope=scope_at[self.scope[live]].astype(np.int32),
             kind=kind_at[self.kind[live]].astype(np.int32),
@@ -281,8 +287,8 @@ class TenantIndex:
         index.slot = {item_id: slot for slot, item_id in enumerate(ids)}
         n = len(ids)
         index.alive[:n] = True
-        for name in ("current", "valid_until", "reverify_after", "authority", "scope", "kind",
-                     "length", "has_vector"):  # fmt: skip
+        for name in ("current", "valid_until", "reverify_after", "shadowed_until", "authority",
+                     "scope", "kind", "length", "has_vector"):  # fmt: skip
             getattr(index, name)[:n] = data[name]
         index.scopes = {s: c for c, s in enumerate(meta["scopes"])}
         index.kinds = {k: c for c, k in enumerate(meta["kinds"])}

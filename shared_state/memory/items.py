@@ -222,9 +222,19 @@ class MemoryItem(BaseModel):
     promoted_from: str = ""
     valid_until: int = 0
     reverify_after: int = 0
+    shadowed_until: int = 0  # a temporary value holds instead until then (ms)
 
     def expired(self, now_ms: int) -> bool:
         return bool(self.valid_until) and now_ms >= self.valid_until
+
+    def holds(self, now_ms: int) -> bool:
+        """The version of its claim that holds at ``now_ms``: current, unexpired and not
+        shadowed by a temporary value."""
+        return (
+            self.status == "current"
+            and not self.expired(now_ms)
+            and not (self.shadowed_until and now_ms < self.shadowed_until)
+        )
 
     def stale(self, now_ms: int) -> bool:
         return bool(self.reverify_after) and now_ms >= self.reverify_after
@@ -255,6 +265,7 @@ class MemoryItem(BaseModel):
             promoted_from=raw.get("promoted_from", ""),
             valid_until=int(raw.get("valid_until") or 0),
             reverify_after=int(raw.get("reverify_after") or 0),
+            shadowed_until=int(raw.get("shadowed_until") or 0),
         )
 
 

@@ -111,7 +111,7 @@ EMBED_NOW = 32
 # once this many changes (or a quarter of the tenant) have come since the stored one.
 SNAPSHOT_ITEMS = 1_000
 _FIELDS = ("text", "key", "scope", "status", "valid_until", "reverify_after", "authority",
-           "kind", "vec_model", "vec")  # fmt: skip
+           "kind", "shadowed_until", "vec_model", "vec")  # fmt: skip
 
 
 @dataclass
@@ -242,10 +242,7 @@ class Recall:
         return {
             item.id: item
             for item in self.store.read_many(ctx.tenant, ids)
-            if item.status == "current"
-            and not item.expired(now)
-            and not item.stale(now)
-            and ctx.sees(item.scope, operator=operator)
+            if item.holds(now) and not item.stale(now) and ctx.sees(item.scope, operator=operator)
         }
 
     # ----------------------------------------------------------------- refresh
@@ -304,10 +301,10 @@ class Recall:
             if row[0] is None:
                 index.remove(item_id)
                 continue
-            text, key, scope, status, valid_until, reverify_after, authority, kind = (
-                v.decode() for v in row[:8]
+            text, key, scope, status, valid_until, reverify_after, authority, kind, shadow = (
+                (v or b"").decode() for v in row[:9]
             )
-            ours = embedded and row[8] is not None and row[8].decode() == embedded
+            ours = embedded and row[9] is not None and row[9].decode() == embedded
             index.put(
                 item_id,
                 Row(
@@ -318,7 +315,8 @@ class Recall:
                     reverify_after=int(reverify_after or 0),
                     authority=int(authority),
                     kind=kind,
-                    vector=np.frombuffer(row[9], dtype=np.float32) if ours else None,
+                    shadowed_until=int(shadow or 0),
+                    vector=np.frombuffer(row[10], dtype=np.float32) if ours else None,
                 ),
             )
 

@@ -311,7 +311,7 @@ class MemoryStore:
         """The version of (scope, key) that holds now, or None (none, or it expired)."""
         now = self.now_ms()
         for item in self.history(ctx, scope, key, operator=operator):
-            if item.status == "current" and not item.expired(now):
+            if item.holds(now):
                 return item
         return None
 
