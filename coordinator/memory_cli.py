@@ -122,6 +122,9 @@ def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
         flags.append("expired")
     elif item.stale(now_ms):
         flags.append("stale")
+    if item.status == "current" and now_ms < item.shadowed_until:
+        # A temporary value holds instead; this one holds again when it expires.
+        flags.append(f"shadowed for {age_text(item.shadowed_until - now_ms)}")
     return {
         "id": item.id,
         "scope": str(item.scope),
@@ -209,6 +212,8 @@ def show(
         lines.append(f"valid until: {views.when(item.valid_until)}")
     if item.reverify_after:
         lines.append(f"re-verify after: {views.when(item.reverify_after)}")
+    if item.status == "current" and now < item.shadowed_until:
+        lines.append(f"shadowed until: {views.when(item.shadowed_until)} (a temporary value)")
     for line in lines:
         views.write_line(one_line(line))
     views.write_line(multi_line(item.text))

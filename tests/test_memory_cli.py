@@ -128,3 +128,18 @@ def test_memory_show_file_reads_the_project_memory_a_job_was_given(
     other = run("memory", "show", "--file", path, "--tenant", "globex", url=redis_url)
     assert_one_line_error(other, "AGENTS.md")
     assert_one_line_error(run("memory", "show", url=redis_url), "ITEM_ID or --file")
+
+
+def test_a_value_a_temporary_one_shadows_is_listed_as_such(state: State, redis_url: str) -> None:
+    run("memory", "add", "the editor is vim", "--key", "editor", url=redis_url)
+    run("memory", "add", "the editor is nano this week", "--key", "editor", "--valid-for",
+        "3600", url=redis_url)  # fmt: skip
+    listed = json.loads(run("memory", "list", "--json", url=redis_url).stdout)
+    temporary = next(i for i in listed if i["text"] == "the editor is nano this week")
+    lasting = next(i for i in listed if i["text"] == "the editor is vim")
+    assert lasting["status"] == temporary["status"] == "current"
+    assert lasting["shadowed_until"] == temporary["valid_until"] > 0
+    table = run("memory", "list", url=redis_url).stdout
+    assert "shadowed for 59m" in table
+    found = json.loads(run("memory", "search", "which editor", "--json", url=redis_url).stdout)
+    assert [h["text"] for h in found] == ["the editor is nano this week"]
