@@ -3,7 +3,9 @@
 Tasks, envelopes and model contexts carry an ``ArtifactRef`` — id, kind, size,
 title, a short preview, sha256, source and trust — never the payload. The
 content is addressed by its hash within a job, so storing the same bytes twice
-yields the same reference. Content from outside (web pages, files, tool
+yields the same reference. A forget that reaches an artifact replaces it by
+a redacted copy under the copy's own address; the old id then leads to the
+copy, and storing the old content again stores nothing. Content from outside (web pages, files, tool
 output) is ``untrusted``: it is data, never instructions.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,7 +22,11 @@ from . import keys
 from .errors import NotFound, shown
 from .scripts import run_plain
 
+if TYPE_CHECKING:
+    from .memory.quotes import Quotes
+
 PREVIEW_CHARS = 600
+_HOPS = 8  # redactions followed from an id (each forget that reached it adds one)
 ORPHAN_TTL_S = 24 * 3600  # an artifact written for a job whose record is gone
 
 
@@ -149,17 +155,20 @@ class ArtifactStore:
         fields = {**ref.model_dump(mode="json"), "content": content}
         # One call: the write, its index entry at Redis time, and the expiry the job's
         # state calls for (see storeArtifact).
-        run_plain(
+        res = run_plain(
             self.client,
             "storeArtifact",
             keys.script_keys("storeArtifact", self.job_id, artifact_id=ref.id),
             [ref.id, ORPHAN_TTL_S, *(x for kv in fields.items() for x in kv)],
         )
+        if "redacted_to" in res.data:  # content a forget redacted: its copy stands
+            return self.get(res.data["redacted_to"])
         return ref
 
     def get(self, artifact_id: str) -> ArtifactRef:
-        """The artifact's handle, its content not read (it may be megabytes)."""
-        ref = _ref(self.client.hmget(keys.artifact(self.job_id, artifact_id), _REF_FIELDS))
+        """The artifact's handle, its content not read (it may be megabytes); of its
+        redacted copy, when a forget redacted it."""
+        ref = _ref(self._read(artifact_id, _REF_FIELDS))
         if ref is None:
             raise ArtifactNotFound(artifact_id)
         return ref
@@ -169,10 +178,76 @@ class ArtifactStore:
 
     def content(self, artifact_id: str) -> bytes:
         """The content's bytes as stored (``text`` decodes them)."""
-        content = self.client.hget(keys.artifact(self.job_id, artifact_id), "content")
+        (content,) = self._read(artifact_id, ["content"])
         if content is None:
             raise ArtifactNotFound(artifact_id)
         return content
+
+    def refs(self, ids: list[str]) -> dict[str, ArtifactRef]:
+        """The handles of ``ids`` that exist (by the id asked for), in a round trip or two."""
+        found = self._read_many(ids, _REF_FIELDS)
+        return {i: ref for i in ids if (ref := _ref(found[i])) is not None}
+
+    def contents(self, ids: list[str]) -> dict[str, bytes]:
+        """The content of each of ``ids`` that exists (by the id asked for)."""
+        found = self._read_many(ids, ["content"])
+        return {i: found[i][0] for i in ids if found[i][0] is not None}  # type: ignore[misc]
+
+    def _read(self, artifact_id: str, fields: list[str]) -> list[bytes | None]:
+        return self._read_many([artifact_id], fields)[artifact_id]
+
+    def _read_many(self, ids: list[str], fields: list[str]) -> dict[str, list[bytes | None]]:
+        """``fields`` of each artifact, following a forget's redaction to its copy."""
+        out: dict[str, list[bytes | None]] = {i: [None] * len(fields) for i in ids}
+        where = {i: i for i in ids}  # asked for -> where it is read now
+        for _ in range(_HOPS):
+            if not where:
+                break
+            pipe = self.client.pipeline(transaction=False)
+            for now in where.values():
+                pipe.hmget(keys.artifact(self.job_id, now), [*fields, "redacted_to"])
+            moved: dict[str, str] = {}
+            for asked, (*values, copy) in zip(where, pipe.execute(), strict=True):
+                if copy is None:
+                    out[asked] = values
+                else:
+                    moved[asked] = copy.decode()
+            where = moved
+        return out
+
+    def redact(self, artifact_id: str, quotes: Quotes, *, apply: bool = True) -> str:
+        """Replace the artifact by a copy with ``quotes`` redacted, under its own content
+        address (``redactArtifact``); the copy's id ("" when nothing quoted them, or
+        another forget replaced it first). With ``apply`` false, what the copy's id
+        would be; nothing is written."""
+        raw = self.client.hgetall(keys.artifact(self.job_id, artifact_id))
+        if b"content" not in raw:
+            return ""
+        read = {k.decode(): v.decode(errors="replace") for k, v in raw.items()}
+        clean = {name: quotes.scrub(read.get(name, "")) for name in ("content", "title")}
+        if clean["content"] == read["content"] and clean["title"] == read.get("title", ""):
+            return ""
+        copy = make_ref(
+            clean["content"],
+            kind=read["kind"],
+            title=clean["title"],
+            source=quotes.scrub(read.get("source", "")),
+            trust=Trust(read.get("trust", Trust.UNTRUSTED)),
+        )
+        if apply:
+            fields = {**copy.model_dump(mode="json"), "content": clean["content"]}
+            res = run_plain(
+                self.client,
+                "redactArtifact",
+                [
+                    *keys.script_keys("redactArtifact", self.job_id, artifact_id=artifact_id),
+                    keys.artifact(self.job_id, copy.id),
+                ],
+                [artifact_id, copy.id, read["sha256"], *(x for kv in fields.items() for x in kv)],
+            )
+            if not int(res.data["replaced"]):  # another forget got there first
+                return ""
+        return copy.id
 
     def stored_ms(self) -> dict[str, int]:
         """Artifact id -> when it was last stored (ms), oldest first (``list``'s order)."""

@@ -277,6 +277,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "ownerWrite": _TASK[:5],
     "reapTask": _TASK,
     "recordUsage": ("usage", "usage_calls", "job", "job_events"),
+    "redactArtifact": ("artifact", "artifacts"),  # then the redacted copy's hash
     "redactRecord": (),  # its keys are the record to redact (and a scratch key beside it)
     "redeliverTask": ("task", "job", "job_events", "queued"),
     "renewLease": _TASK[:4],

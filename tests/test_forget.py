@@ -7,6 +7,7 @@ entries' bytes included) and the server's files are read from disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +142,55 @@ def test_what_was_forgotten_is_not_written_back_into_a_memory_file(state: State)
     # The user says it again on purpose (`memory add`): the fence lifts for it.
     store.write(ctx, _claim(CANARY, "user:u:", SourceKind.USER))
     files.create(ctx, "/memories/job/again.md", f"{CANARY}\n")
+
+
+def test_a_redacted_artifact_is_a_new_one_and_references_to_the_old_follow_it(
+    state: State,
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", user="u"))
+    ctx = MemoryContext(tenant="acme", user="u", job=job.job_id, task="t-1", actor="test")
+    item = MemoryStore(state.client).write(ctx, _claim(CANARY, "user:u:", SourceKind.USER))
+    artifacts = state.artifacts(job.job_id)
+    original = artifacts.put(f"log: {CANARY}\nend", kind="transcript", title="t",
+                             trust=Trust.TRUSTED)  # fmt: skip
+    stored_at = artifacts.stored_ms()[original.id]
+
+    report = MemoryStore(state.client).forget(ctx, [item.id])
+
+    copy = artifacts.get(original.id)  # a reference to the old id reaches the copy
+    assert copy.id != original.id and artifacts.text(original.id) == "log: [forgotten]\nend"
+    assert copy.id == "a-" + hashlib.sha256(b"log: [forgotten]\nend").hexdigest()[:16]
+    assert copy.sha256 == hashlib.sha256(artifacts.content(copy.id)).hexdigest()
+    assert "CANARY" not in copy.preview and keys.artifact(job.job_id, copy.id) in report.redacted
+    # The copy in the index at the original's time; the original kept there for its age.
+    assert artifacts.stored_ms() == {original.id: stored_at, copy.id: stored_at}
+    assert [r.id for r in artifacts.list()] == [copy.id]
+    assert state.client.hgetall(keys.artifact(job.job_id, original.id)) == {
+        b"redacted_to": copy.id.encode()
+    }
+    # Storing the original again brings nothing back: the copy stands.
+    again = artifacts.put(f"log: {CANARY}\nend", kind="transcript", title="t",
+                          trust=Trust.TRUSTED)  # fmt: skip
+    assert again == copy
+    assert b"CANARY" not in (state.client.dump(keys.artifact(job.job_id, original.id)) or b"")
+
+
+def test_kept_versions_are_redacted_where_they_are_when_a_new_one_is_pushed_meanwhile(
+    state: State,
+) -> None:
+    from shared_state.memory.quotes import Quotes, scrub_list
+
+    key = keys.memory_file_versions("acme", "job:j-1:", "notes.md")
+    state.client.rpush(key, f"v1 {CANARY}", "v2 clean")
+
+    class Pushes(redis.Redis):
+        """Another writer pushes a version right after the forget read the list."""
+
+        def lrange(self, name, start, end):  # type: ignore[override]
+            values = super().lrange(name, start, end)
+            redis.Redis(connection_pool=self.connection_pool).lpush(key, "v3 newest")
+            return values
+
+    scrub_list(Pushes(connection_pool=state.client.connection_pool), key.encode(),
+               Quotes([CANARY]))  # fmt: skip
+    assert state.client.lrange(key, 0, -1) == [b"v3 newest", b"v1 [forgotten]", b"v2 clean"]

@@ -3,15 +3,18 @@
   record still holds what the forget read; or rebuild a stream without the
   entries that quoted the forgotten text.
 
-  KEYS[1] the record (variable): a hash, or a stream
+  KEYS[1] the record (variable): a hash, a list, or a stream
   KEYS[2] stream mode: a scratch key beside the stream (variable)
 
-  ARGV[1] 'hash' or 'stream'
+  ARGV[1] 'hash', 'list' or 'stream'
   hash:   ARGV[2 ..] triples: a field, the value the forget read, the value
           to write. A field whose value changed since it was read (its owner
           wrote a newer checkpoint) is left as it is and named in the reply:
           the caller reads it again and redacts what is there now, so an older
           value never goes back over a newer one.
+  list:   ARGV[2 ..] pairs: an element the forget read, the element to write
+          in its place, wherever it is now (a list of kept versions, which a
+          new version pushed since the read has shifted).
   stream: ARGV[2 ..] the ids of the entries to remove. XDEL only marks an
           entry deleted inside its node, whose bytes stay (in DUMP, in the
           append-only file's next rewrite, in a replica's sync); the stream is
@@ -37,6 +40,18 @@ if ARGV[1] == 'hash' then
     end
   end
   return {1, {'changed', tostring(changed), 'moved', table.concat(moved, ' ')}, {}}
+end
+
+if ARGV[1] == 'list' then
+  local changed = 0
+  for i = 2, #ARGV, 2 do
+    -- By value, not index: a version pushed since the read moved every index.
+    for _, at in ipairs(redis.call('LPOS', key, ARGV[i], 'COUNT', 0)) do
+      redis.call('LSET', key, at, ARGV[i + 1])
+      changed = changed + 1
+    end
+  end
+  return {1, {'changed', tostring(changed), 'moved', ''}, {}}
 end
 
 local scratch = KEYS[2]

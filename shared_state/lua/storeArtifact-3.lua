@@ -15,14 +15,21 @@
   ARGV[1] the artifact id
   ARGV[2] seconds an artifact of a job without a record is kept
   ARGV[3..] the hash's field/value pairs (its handle and content)
+  Content a forget redacted is not stored again: its id names only where the
+  redacted copy went (redactArtifact), and the reply says which.
+
   Returns {code, data, events}
-     1  data = stored_ms (Redis time), expires ('job', 'orphan' or '')
+     1  data = stored_ms (Redis time), expires ('job', 'orphan' or ''); or
+        redacted_to (the copy's id: nothing was stored)
     error  a key in KEYS belongs to another job
 ]]
 --- @include "common"
 local wrong = sameJob()
 if wrong then return wrong end
 local artifactKey, indexKey, jobKey = KEYS[1], KEYS[2], KEYS[3]
+-- Content a forget redacted (redactArtifact): it is not stored again; the copy stands.
+local moved = redis.call('HGET', artifactKey, 'redacted_to')
+if moved then return reply(1, {redacted_to = moved}) end
 redis.call('HSET', artifactKey, unpack(ARGV, 3))
 local now = nowMs()
 redis.call('ZADD', indexKey, now, ARGV[1])

@@ -20,6 +20,7 @@ forget report lists it as ``unsearched``, so that the limit is never silent.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -117,12 +118,15 @@ def scrub_hash(
     fields: Sequence[str] | None,
     *,
     apply: bool = True,
+    digest_field: str = "",
 ) -> tuple[bool, list[str]]:
     """Redact the values (never the field names) of a hash, or only of ``fields``.
 
     Written by ``redactRecord`` only where a value is still the one read: a
     field its owner changed meanwhile is read and redacted again, so an older
-    checkpoint never goes back over a newer one. Whether any value quoted a
+    checkpoint never goes back over a newer one. ``digest_field``: a field
+    holding the sha256 of the one field redacted (a memory file's), written
+    with it. Whether any value quoted a
     needle, and the fields still changing after ``_RETRIES`` reads (not
     reached); with ``apply`` false nothing is written.
     """
@@ -137,6 +141,10 @@ def scrub_hash(
             clean = quotes.scrub(text)
             if clean != text:
                 triples += [name, value, clean]
+                if digest_field and digest_field.encode() in values:
+                    # The digest of the field follows it, in the same write.
+                    digest = hashlib.sha256(clean.encode()).hexdigest()
+                    triples += [digest_field, values[digest_field.encode()], digest]
         found = found or bool(triples)
         if not triples or not apply:
             return found, []
@@ -149,15 +157,17 @@ def scrub_hash(
 
 
 def scrub_list(client: redis.Redis, key: bytes, quotes: Quotes, *, apply: bool = True) -> bool:
-    changed = False
-    for index, value in enumerate(client.lrange(key, 0, -1)):
+    """Redact the elements of a list that quote a needle, where they are when written
+    (``redactRecord``); whether any did."""
+    pairs: list[bytes | str] = []
+    for value in dict.fromkeys(client.lrange(key, 0, -1)):
         text = value.decode(errors="replace")
         clean = quotes.scrub(text)
         if clean != text:
-            if apply:
-                client.lset(key, index, clean)
-            changed = True
-    return changed
+            pairs += [value, clean]
+    if pairs and apply:
+        run_plain(client, "redactRecord", [key], ["list", *pairs])
+    return bool(pairs)
 
 
 def drop_entries(

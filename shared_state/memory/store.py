@@ -15,7 +15,6 @@ lists it all; a dry run lists it and changes nothing).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -27,9 +26,11 @@ import redis
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import keys
+from ..artifacts import ArtifactStore
 from ..errors import (
     MemoryNotFound,
     MemoryRefused,
+    NotFound,
     PromotionRefused,
     SecretInMemory,
 )
@@ -516,9 +517,13 @@ class MemoryStore:
                 continue
             if rest == "events":
                 changed = drop_entries(self.client, key, quotes, apply=apply)
-            elif rest in ("checkpoints", "journal", "job") or rest.startswith(
-                ("artifact:", "task:")
-            ):
+            elif rest.startswith("artifact:"):
+                # By the artifact store: a redacted artifact is a new one (content address).
+                copy = ArtifactStore(self.client, tag).redact(rest[9:], quotes, apply=apply)
+                if copy:
+                    touched.append(keys.artifact(tag, copy))
+                changed = bool(copy)
+            elif rest in ("checkpoints", "journal", "job") or rest.startswith("task:"):
                 fields = _TEXT_FIELDS.get(rest.partition(":")[0])  # None: every field
                 changed, left = scrub_hash(self.client, key, quotes, fields, apply=apply)
                 missed += left
@@ -530,11 +535,10 @@ class MemoryStore:
         for key in self.client.scan_iter(match=f"{prefix}file*", count=1000):
             rest = key.decode()[len(prefix) :]
             if rest.startswith("file:"):
-                changed, left = scrub_hash(self.client, key, quotes, ("content",), apply=apply)
+                changed, left = scrub_hash(
+                    self.client, key, quotes, ("content",), apply=apply, digest_field="sha256"
+                )
                 missed += left
-                if changed and apply:  # the file's digest follows its new content
-                    content = self.client.hget(key, "content") or b""
-                    self.client.hset(key, "sha256", hashlib.sha256(content).hexdigest())
             elif rest.startswith("filev:"):
                 changed = scrub_list(self.client, key, quotes, apply=apply)
             else:
@@ -573,11 +577,16 @@ class MemoryStore:
             raise PromotionRefused(
                 f"{item.id} does not name feature {evidence.feature_id} in its source"
             )
-        raw = _decode(self.client.hgetall(keys.artifact(evidence.job, evidence.artifact_id)))
-        if raw.get("kind") != "verdict" or raw.get("trust") != "trusted":
+        artifacts = ArtifactStore(self.client, evidence.job)
+        try:
+            ref = artifacts.get(evidence.artifact_id)
+            content = artifacts.text(evidence.artifact_id)
+        except NotFound:
+            ref, content = None, ""
+        if ref is None or ref.kind != "verdict" or ref.trust != "trusted":
             raise PromotionRefused(f"{evidence.artifact_id} is not a trusted verdict artifact")
         try:
-            verdicts = json.loads(raw.get("content", ""))["verdicts"]
+            verdicts = json.loads(content)["verdicts"]
         except (ValueError, KeyError, TypeError) as exc:
             raise PromotionRefused(f"{evidence.artifact_id} holds no verdicts") from exc
         for verdict in verdicts:
@@ -597,7 +606,6 @@ def _claim_digest(key: str, text: str) -> str:
 # The text fields of a job's records a forget redacts (a record not named here: all of its
 # fields — checkpoints and journal entries are text through and through).
 _TEXT_FIELDS = {
-    "artifact": ("content", "preview", "title"),
     "job": ("goal", "constraints"),
     "task": ("brief",),
 }
