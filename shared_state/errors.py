@@ -16,6 +16,7 @@
     ├── NotBlocked             only a blocked task can be approved or rejected
     ├── QuestionChanged        a decision on a question the task no longer asks
     ├── BudgetExceeded         a model call would overrun the job's token budget
+    ├── AdmissionTimedOut      a model call waited its longest for its route's admission
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
     │   ├── NoTenant           no tenant context: memory fails closed
@@ -194,6 +195,18 @@ class BudgetExceeded(StateError):
         self.job_id = job_id
         self.wanted = wanted
         self.remaining = remaining
+
+
+class AdmissionTimedOut(StateError):
+    """A model call was not admitted to its route within the longest wait (the provider
+    kept the route cooling, or its limits were taken by others all that time)."""
+
+    def __init__(self, route: str, waited_s: float, why: str) -> None:
+        super().__init__(
+            f"route {route}: not admitted after waiting {waited_s:.0f} s (last: {why})"
+        )
+        self.route = route
+        self.why = why
 
 
 class SubmitUnconfirmed(StateError):

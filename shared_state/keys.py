@@ -32,6 +32,16 @@ are never touched by the same script as a job's keys.
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
 
+Model routes (``admission``): one provider's model at one endpoint, shared by the
+fleet, each under a hash tag of its own:
+
+    rf:routes                    set    route ids seen (limits show lists them)
+    rf:route:{<route>}           hash   limits (rpm, tpm, concurrency), token buckets,
+                                        cool-down, counters, what the provider said is left
+    rf:route:{<route>}:inflight  zset   admitted call id -> when its slot is given back (ms)
+    rf:route:{<route>}:waiting   zset   waiting call id -> first asked (ms): the queue
+    rf:route:{<route>}:asked     zset   waiting call id -> last asked (ms)
+
 Long-term memory (``memory``) keeps each tenant's items under one hash tag of
 their own, so the tenant is in every key and one script sees one tenant only:
 
@@ -78,6 +88,7 @@ EXPIRING_JOBS = f"{PREFIX}:jobs:expiring"
 EVENTS = f"{PREFIX}:events"
 METRICS = f"{PREFIX}:metrics"
 WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
+ROUTES = f"{PREFIX}:routes"
 
 
 def blob(tenant: str, sha256: str) -> str:
@@ -153,6 +164,22 @@ def progress(job_id: str) -> str:
 
 
 MEMORY_TENANTS = f"{PREFIX}:mem:tenants"
+
+
+def route(route_id: str) -> str:
+    return f"{PREFIX}:route:{{{route_id}}}"
+
+
+def route_inflight(route_id: str) -> str:
+    return f"{route(route_id)}:inflight"
+
+
+def route_waiting(route_id: str) -> str:
+    return f"{route(route_id)}:waiting"
+
+
+def route_asked(route_id: str) -> str:
+    return f"{route(route_id)}:asked"
 
 
 def memory_prefix(tenant: str) -> str:
@@ -262,6 +289,7 @@ _JOB = ("job", "job_events", "leases", "queued", "tasks")
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "beatWorker": ("worker", "WORKERS"),
     "blockTask": _TASK,
+    "admitCall": ("route", "route_inflight", "route_waiting", "route_asked"),
     "cancelJob": _JOB,
     "claimTask": _TASK,
     "completeTask": (*_TASK, "parent"),
@@ -284,6 +312,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "reserveTokens": ("budget",),
     "resumeJob": _JOB,
     "retryJob": _JOB,
+    "settleCall": ("route", "route_inflight"),
     "settleTokens": ("budget",),
     "spawnChildren": (*_TASK, "journal"),
     "storeArtifact": ("artifact", "artifacts", "job"),
@@ -301,6 +330,7 @@ def script_keys(
     artifact_id: str = "",
     worker_id: str = "",
     tenant: str = "",
+    route_id: str = "",
 ) -> list[str]:
     """The fixed KEYS of ``script``, in its order (``SCRIPT_KEYS``), for these ids.
 
@@ -314,6 +344,10 @@ def script_keys(
         "artifact": lambda: artifact(job_id, artifact_id),
         "worker": lambda: worker(worker_id),
         "memory_prefix": lambda: memory_prefix(tenant),
+        "route": lambda: route(route_id),
+        "route_inflight": lambda: route_inflight(route_id),
+        "route_waiting": lambda: route_waiting(route_id),
+        "route_asked": lambda: route_asked(route_id),
         "WORKERS": lambda: WORKERS,
         "EVENTS": lambda: EVENTS,
         "METRICS": lambda: METRICS,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from . import keys
+from .admission import Routes
 from .artifacts import ArtifactNotFound, ArtifactStore
 from .budget import TokenBudget
 from .client import ClientOptions, connect
@@ -53,6 +54,7 @@ class State:
         self.workers = WorkerRegistry(self.runner)
         self.memory = MemoryStore(client, embedder="default")  # a write embeds its item
         self.memory_files = MemoryFiles(client)
+        self.routes = Routes(client)  # the model routes' shared limits (``admission``)
         self._recall: Recall | None = None
         self.tenant: str | None = None  # see ``for_tenant``
 

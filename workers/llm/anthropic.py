@@ -13,7 +13,7 @@ from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpProvider, ModelResponse, TokenUsage
+from .base import HttpProvider, ModelResponse, TokenUsage, estimate_tokens
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -44,7 +44,9 @@ class AnthropicProvider(HttpProvider):
                 for t in tools
             ]
         headers = {"x-api-key": self.api_key, "anthropic-version": API_VERSION}
-        body = self.http.post(self.url, payload, headers)
+        body = self.http.post(
+            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used
+        )
         texts, calls = [], []
         for block in body.get("content") or ():
             if block.get("type") == "text":
@@ -66,6 +68,13 @@ class AnthropicProvider(HttpProvider):
             model=body.get("model", self.model),
             stop_reason=body.get("stop_reason") or "",
         )
+
+
+def _used(body: dict[str, Any]) -> int:
+    usage = body.get("usage") or {}
+    fields = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+              "output_tokens")  # fmt: skip
+    return sum(int(usage.get(f) or 0) for f in fields)
 
 
 def _tool_call(block: dict[str, Any]) -> ToolCall:

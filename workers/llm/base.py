@@ -3,10 +3,13 @@
 Backends: ``openai`` (OpenAI-compatible chat completions — also vLLM, Ollama,
 llama.cpp and LM Studio servers), ``anthropic`` (messages API with prompt
 caching) and ``scripted`` (a deterministic replay for tests, demos and
-benchmarks). HTTP backends share ``post_json``: a timeout, bounded retries
-with exponential backoff (honouring ``Retry-After``) on 429, 5xx and
-connection errors, and one clear error for a bad key, an unknown model or a
-rejected request.
+benchmarks). HTTP backends share ``HttpJson``: a timeout, and one clear
+error for a bad key, an unknown model or a rejected request. In a fleet,
+every call is admitted by its route's shared limits and a 429, an overload
+or an outage cools the route for the whole fleet and waits
+(``shared_state.admission``); alone (no route), bounded retries with
+exponential backoff, honouring ``Retry-After``, on 429, 5xx and connection
+errors.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import httpx
 
+from shared_state.admission import MAX_WAIT_S, Outcome, Route, Routes, outcome_of, route_id
+from shared_state.errors import AdmissionTimedOut
 from shared_state.redact import redact
 
 from ..context.engine import ToolSpec
@@ -95,17 +102,40 @@ def shared_client() -> httpx.Client:
         return _shared
 
 
+def _no_usage(body: dict[str, Any]) -> int:
+    return 0
+
+
 @dataclass
 class HttpJson:
-    """POST JSON with bounded retries; errors mapped to the provider errors."""
+    """POST JSON with bounded retries; errors mapped to the provider errors.
+
+    With a ``route`` (``shared_state.admission``), every attempt is admitted by
+    the fleet's shared limits first and settled after, and a 429, an overload
+    or no answer cools the route for every process and waits (up to
+    ``admission.MAX_WAIT_S``) instead of using up the attempts: the task's
+    attempt is never spent on a provider's limit or outage.
+    """
 
     provider: str
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = time.sleep
     client: httpx.Client | None = None
+    route: Route | None = None
 
-    def post(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    def post(
+        self,
+        url: str,
+        payload: dict[str, Any],
+        headers: dict[str, str],
+        *,
+        tokens: int = 0,
+        used: Callable[[dict[str, Any]], int] = _no_usage,
+    ) -> dict[str, Any]:
         """The reply's JSON; else a ProviderError whose message holds no credential.
+
+        ``tokens``: the call's estimate, admitted against the route's limits;
+        ``used``: the tokens a reply says it used, charged when it settles.
 
         A provider or proxy may quote the key it refused in its error body: every
         message is redacted here, where the text enters, with the key this call
@@ -114,6 +144,8 @@ class HttpJson:
         """
         client = self.client or shared_client()
         sent = _credentials(headers)
+        if self.route is not None:
+            return self._admitted(self.route, client, url, payload, headers, tokens, used)
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
             try:
@@ -136,6 +168,48 @@ class HttpJson:
             )
         )
 
+    def _admitted(
+        self,
+        route: Route,
+        client: httpx.Client,
+        url: str,
+        payload: dict[str, Any],
+        headers: dict[str, str],
+        tokens: int,
+        used: Callable[[dict[str, Any]], int],
+    ) -> dict[str, Any]:
+        """``post`` through the route: admitted, sent, settled; again after a cool-down."""
+        sent = _credentials(headers)
+        started, last = time.monotonic(), ""
+        while True:
+            try:
+                grant = route.acquire(tokens, max_wait_s=MAX_WAIT_S - (time.monotonic() - started))
+            except AdmissionTimedOut as exc:
+                raise ProviderUnavailable(
+                    redact(f"{self.provider}: {exc}; last answer: {last or 'none'}", known=sent)
+                ) from exc
+            try:
+                resp = client.post(url, json=payload, headers=headers, timeout=self.retry.timeout_s)
+            except RETRYABLE as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                route.settle(grant, used=0, outcome=Outcome.FAILED)
+                continue
+            except BaseException:
+                route.settle(grant, used=0)  # its slot back, whatever stopped it
+                raise
+            outcome = outcome_of(resp.status_code)
+            if resp.status_code == 200:
+                body = resp.json()
+                route.settle(grant, used=used(body) or tokens, **_remaining(resp.headers))
+                return body
+            if outcome is Outcome.OK:  # a refusal retrying cannot fix
+                route.settle(grant, used=0)
+                self._raise_final(resp, sent)
+            last = f"HTTP {resp.status_code}"
+            route.settle(
+                grant, used=0, outcome=outcome, retry_after_ms=_retry_after_ms(resp.headers)
+            )
+
     def _raise_final(self, resp: httpx.Response, sent: tuple[str, ...]) -> None:
         """Errors that retrying cannot fix."""
         detail = redact(_error_text(resp), known=sent)[:200]
@@ -146,6 +220,39 @@ class HttpJson:
         if resp.status_code == 429 or resp.status_code >= 500:
             return
         raise BadRequest(f"{self.provider}: HTTP {resp.status_code}: {detail}")
+
+
+def _retry_after_ms(headers: httpx.Headers) -> int:
+    """How long the provider asks to wait (ms; 0: it did not say)."""
+    if value := headers.get("retry-after-ms"):
+        with suppress(ValueError):
+            return max(0, int(float(value)))
+    if value := headers.get("retry-after"):
+        with suppress(ValueError):
+            return max(0, int(float(value) * 1000))
+        with suppress(TypeError, ValueError):
+            when = parsedate_to_datetime(value).timestamp()
+            return max(0, int((when - time.time()) * 1000))
+    return 0
+
+
+def _remaining(headers: httpx.Headers) -> dict[str, str]:
+    """What the provider says is left of its limits (OpenAI's and Anthropic's headers)."""
+    requests = headers.get("x-ratelimit-remaining-requests") or headers.get(
+        "anthropic-ratelimit-requests-remaining", ""
+    )
+    tokens = headers.get("x-ratelimit-remaining-tokens") or headers.get(
+        "anthropic-ratelimit-tokens-remaining", ""
+    )
+    return {"remaining_requests": requests, "remaining_tokens": tokens}
+
+
+def estimate_tokens(messages: Sequence[Message], max_tokens: int) -> int:
+    """A call's tokens for admission, before it is sent: about 4 characters a token of
+    what it carries, and all the output it may write (settled with the real count)."""
+    carried = sum(len(m.content or "") + sum(len(c.arguments_json) for c in m.tool_calls)
+                  for m in messages)  # fmt: skip
+    return carried // 4 + max_tokens
 
 
 def _credentials(headers: dict[str, str]) -> tuple[str, ...]:
@@ -187,9 +294,14 @@ class HttpProvider:
         api_key: str | None = None,
         retry: RetryPolicy | None = None,
         http: HttpJson | None = None,
+        routes: Routes | None = None,
     ) -> None:
+        """``routes``: the fleet's, so that every call is admitted by its route's shared
+        limits (``shared_state.admission``); None: this process's retries only."""
         self.model = model
-        self.url = (base_url or self.default_base_url).rstrip("/") + self.path
+        base = (base_url or self.default_base_url).rstrip("/")
+        self.url = base + self.path
         # Local servers accept any key; hosted APIs answer 401 without one.
         self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
-        self.http = http or HttpJson(self.name, retry or RetryPolicy())
+        route = routes.route(route_id(self.name, model, base)) if routes is not None else None
+        self.http = http or HttpJson(self.name, retry or RetryPolicy(), route=route)

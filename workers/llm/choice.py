@@ -17,6 +17,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from shared_state.admission import Routes
+
 from .anthropic import AnthropicProvider
 from .base import Provider
 from .openai import OpenAIProvider
@@ -54,20 +56,21 @@ class ProviderChoice(BaseModel):
     def _summaries(self) -> str:
         return f", summaries by {self.summary_model}" if self.summary_model else ""
 
-    def open(self, script_key: str) -> Provider:
-        """A provider for one task; ``script_key`` picks the scripted provider's script."""
+    def open(self, script_key: str, *, routes: Routes | None = None) -> Provider:
+        """A provider for one task; ``script_key`` picks the scripted provider's script;
+        ``routes``: the fleet's, whose shared limits admit every call (``admission``)."""
         if self.provider is ProviderName.OPENAI:
-            return OpenAIProvider(self.model, base_url=self.base_url)
+            return OpenAIProvider(self.model, base_url=self.base_url, routes=routes)
         if self.provider is ProviderName.ANTHROPIC:
-            return AnthropicProvider(self.model, base_url=self.base_url)
+            return AnthropicProvider(self.model, base_url=self.base_url, routes=routes)
         return ScriptedProvider(load_scenario(self.script), script_key)
 
-    def open_summaries(self) -> Provider | None:
+    def open_summaries(self, *, routes: Routes | None = None) -> Provider | None:
         """A provider of the summary model, for one task; None when there is none."""
         if not self.summary_model:
             return None
         if self.provider is ProviderName.OPENAI:
-            return OpenAIProvider(self.summary_model, base_url=self.base_url)
+            return OpenAIProvider(self.summary_model, base_url=self.base_url, routes=routes)
         if self.provider is ProviderName.ANTHROPIC:
-            return AnthropicProvider(self.summary_model, base_url=self.base_url)
+            return AnthropicProvider(self.summary_model, base_url=self.base_url, routes=routes)
         return ScriptedSummaryModel(self.summary_model)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpProvider, ModelResponse, TokenUsage
+from .base import HttpProvider, ModelResponse, TokenUsage, estimate_tokens
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -40,7 +40,9 @@ class OpenAIProvider(HttpProvider):
                 for t in tools
             ]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        body = self.http.post(self.url, payload, headers)
+        body = self.http.post(
+            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used
+        )
         choice = body["choices"][0]
         message = choice.get("message") or {}
         usage = body.get("usage") or {}
@@ -57,6 +59,11 @@ class OpenAIProvider(HttpProvider):
             model=body.get("model", self.model),
             stop_reason=choice.get("finish_reason") or "",
         )
+
+
+def _used(body: dict[str, Any]) -> int:
+    usage = body.get("usage") or {}
+    return int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
 
 
 def _wire(m: Message) -> dict[str, Any]:

@@ -236,7 +236,7 @@ class AgentTask:
         """Run the loop in ``phase`` with the role's ``tools`` and those every role offers."""
         self.context.reconcile()
         self.context.update(lambda s: s.with_phase(phase))
-        provider = self.choice.open(self.script_key)
+        provider = self.choice.open(self.script_key, routes=self.run.state.routes)
         self.ledger = CallLedger(
             model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
         )
@@ -326,7 +326,7 @@ class AgentTask:
 
     def _condenser(self) -> Callable[[str, int], str] | None:
         """The summary model's condensing call, recorded as a compaction; None without one."""
-        provider = self.choice.open_summaries()
+        provider = self.choice.open_summaries(routes=self.run.state.routes)
         if provider is None:
             return None
         summarizer = ModelSummarizer(provider, budget=self.run.state.budget(self.task.job_id))

@@ -1,0 +1,71 @@
+--[[
+  settleCall: end an admitted call on its route — give its slot back, charge
+  the tokens it really used — and pass on what the provider said: a 429 or an
+  overload cools the route down for the whole fleet (and empties its
+  buckets); the rate-limit headers' remaining requests and tokens are kept
+  to show; a failure to answer cools it for a backoff that grows
+  with each failure in a row (the policy's base and cap, from the caller).
+
+  KEYS[1] the route's hash    rf:route:{<route>}
+  KEYS[2] calls in flight     rf:route:{<route>}:inflight
+
+  ARGV[1] call id ('' for a call the route never admitted: an unlimited route)
+  ARGV[2] tokens it was admitted for    ARGV[3] tokens it used
+  ARGV[4] outcome: 'ok', 'limited' (429, 529: the provider asks to slow down)
+          or 'failed' (no answer: a connection error, a 5xx)
+  ARGV[5] ms to cool down: 'limited' with the provider's Retry-After (0:
+          none given); 'failed': the backoff's base
+  ARGV[6] the backoff's cap (ms)
+  ARGV[7] requests the provider says remain ('' not said)
+  ARGV[8] tokens the provider says remain ('' not said)
+
+  Idempotent per call id: a settle re-sent after a lost reply finds the call
+  gone from the in-flight set and changes nothing.
+
+  Returns {code, data, events} (no events)
+     1  data = settled (1, or 0: already settled), cool_until (ms, 0 none)
+]]
+--- @include "common"
+
+local route, inflight = KEYS[1], KEYS[2]
+local id, admitted, used, outcome = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local now = nowMs()
+
+if id ~= '' and redis.call('ZREM', inflight, id) == 0 then
+  return reply(1, {settled = 0, cool_until = tonumber(redis.call('HGET', route, 'cool_until') or 0)})
+end
+local c = redis.call('HMGET', route, 'rpm', 'tpm', 'tok', 'cool_until')
+local rpm, tpm = tonumber(c[1]) or 0, tonumber(c[2]) or 0
+local coolUntil = tonumber(c[4]) or 0
+if tpm > 0 and c[3] and admitted ~= used then
+  -- The estimate was charged at admission: give back what was not used, or take the rest.
+  redis.call('HINCRBYFLOAT', route, 'tok', admitted - used)
+end
+
+local function cool(ms, why)
+  if now + ms > coolUntil then
+    coolUntil = now + ms
+    redis.call('HSET', route, 'cool_until', coolUntil, 'cool_why', why)
+  end
+end
+if outcome == 'ok' then
+  redis.call('HSET', route, 'failures', 0)
+  redis.call('HINCRBY', route, 'ok', 1)
+elseif outcome == 'limited' then
+  redis.call('HINCRBY', route, 'limited', 1)
+  local n = redis.call('HINCRBY', route, 'failures', 1)
+  local ms = tonumber(ARGV[5])
+  if ms <= 0 then ms = math.min(tonumber(ARGV[6]), 1000 * 2 ^ (n - 1)) end
+  cool(ms, 'limited')
+  -- The provider has nothing left now: the buckets start again empty.
+  if rpm > 0 then redis.call('HSET', route, 'req', 0, 'req_at', coolUntil) end
+  if tpm > 0 then redis.call('HSET', route, 'tok', 0, 'tok_at', coolUntil) end
+else
+  redis.call('HINCRBY', route, 'failed', 1)
+  local n = redis.call('HINCRBY', route, 'failures', 1)
+  cool(math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (n - 1)), 'unavailable')
+end
+-- What the provider says is left, shown beside the limits (limits show).
+if ARGV[7] ~= '' then redis.call('HSET', route, 'learned_requests', ARGV[7], 'learned_at', now) end
+if ARGV[8] ~= '' then redis.call('HSET', route, 'learned_tokens', ARGV[8], 'learned_at', now) end
+return reply(1, {settled = 1, cool_until = coolUntil})

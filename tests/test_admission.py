@@ -1,0 +1,233 @@
+"""Fleet-wide admission to model providers: shared limits, cool-downs, no attempt burned.
+
+Real worker-like processes call a loopback OpenAI-compatible server through
+one route on a real Redis; the server counts what reaches it (arrival times,
+calls at once, tokens), so a limit is checked where the provider would check
+it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from shared_state import JobSpec, Scenario, State, keys
+from shared_state.admission import Grant, Outcome, Route, RouteLimits, Routes, route_id
+from shared_state.client import connect
+from workers.context.messages import Message
+from workers.llm import OpenAIProvider, load_scenario
+
+from .conftest import events_named, wait_for
+from .loopback import ScriptedOpenAI
+from .proxy import FaultProxy
+from .test_agent_jobs import GOAL
+from .test_lost_replies import lose_reply_to
+
+PROMPT = "x" * 400  # 100 tokens by the estimate, and 100 of output: 200 a call
+
+
+class Provider:
+    """A loopback chat-completions server that counts: when each request arrived, how many
+    were in flight at once, the tokens each used; ``decide`` may answer otherwise."""
+
+    def __init__(self, delay_s: float = 0.05) -> None:
+        self.arrivals: list[float] = []
+        self.answered: list[tuple[float, int]] = []  # (time, status)
+        self.in_flight = 0
+        self.most_at_once = 0
+        self.decide: Callable[[int], tuple[int, dict[str, str]]] = lambda n: (200, {})
+        lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                with lock:
+                    n = len(provider.arrivals)
+                    provider.arrivals.append(time.monotonic())
+                    provider.in_flight += 1
+                    provider.most_at_once = max(provider.most_at_once, provider.in_flight)
+                time.sleep(delay_s)  # the model at work
+                status, headers = provider.decide(n)
+                body = {"error": {"message": "slow down"}} if status != 200 else {
+                    "choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 100},
+                }  # fmt: skip
+                data = json.dumps(body).encode()
+                with lock:
+                    provider.in_flight -= 1
+                    provider.answered.append((time.monotonic(), status))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    p = Provider()
+    yield p
+    p.close()
+
+
+def calls(redis_url: str, base_url: str, threads: int, each: int, results: Any) -> None:
+    """A worker process: ``threads`` task slots, each making ``each`` calls on the route."""
+    routes = Routes(connect(redis_url))
+
+    def slot() -> None:
+        model = OpenAIProvider("m", base_url=base_url, api_key="sk-test", routes=routes)
+        for _ in range(each):
+            try:
+                model.complete([Message(role="user", content=PROMPT)], [], max_tokens=100)
+                results.put("ok")
+            except Exception as exc:
+                results.put(f"{type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=slot) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def run_processes(redis_url: str, base_url: str, n: int, threads: int, each: int) -> list[str]:
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    procs = [
+        spawn.Process(target=calls, args=(redis_url, base_url, threads, each, results))
+        for _ in range(n)
+    ]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=120) for _ in range(n * threads * each)]
+    for p in procs:
+        p.join(30)
+    return out
+
+
+def most_in_any_window(times: list[float], weights: list[int], window: float) -> int:
+    """The largest sum of ``weights`` of events within any ``window`` seconds."""
+    best = 0
+    for i, start in enumerate(times):
+        best = max(
+            best, sum(w for t, w in zip(times[i:], weights[i:], strict=True) if t - start <= window)
+        )
+    return best
+
+
+def test_two_processes_sharing_a_route_never_exceed_its_limits(
+    state: State, redis_url: str, provider: Provider
+) -> None:
+    route = route_id("openai", "m", provider.url)
+    # Buckets hold 10 s: 20 requests, 2,500 tokens at first; then 2/s and 250/s.
+    state.routes.set_limits(route, RouteLimits(rpm=120, tpm=15_000, concurrency=2))
+    started = time.monotonic()
+    results = run_processes(redis_url, provider.url, n=2, threads=5, each=2)
+    assert results == ["ok"] * 20
+    arrivals = sorted(provider.arrivals)
+    assert provider.most_at_once <= 2
+    for window in (1.0, 3.0, 5.0):
+        assert most_in_any_window(arrivals, [1] * 20, window) <= 20 + 2 * window + 1
+        assert most_in_any_window(arrivals, [200] * 20, window) <= 2_500 + 250 * window + 200
+    # 4,000 tokens through a 2,500-token bucket refilled at 250/s: the limit held them.
+    assert arrivals[-1] - started >= (4_000 - 2_500) / 250 - 1
+    (shown,) = state.routes.show()
+    assert (shown.admitted, shown.ok, shown.in_flight, shown.waiting) == (20, 20, 0, 0)
+    assert shown.waits > 0
+
+
+def test_a_429_with_retry_after_cools_the_route_for_every_process(
+    state: State, redis_url: str, provider: Provider
+) -> None:
+    provider.decide = lambda n: (429, {"retry-after": "2"}) if n == 0 else (200, {})
+    first = threading.Thread(
+        target=lambda: run_processes(redis_url, provider.url, n=1, threads=1, each=1)
+    )
+    first.start()
+    wait_for(lambda: provider.answered, 30, "the 429")
+    limited_at = provider.answered[0][0]
+    # Another process, started once the first was told to slow down: it waits too.
+    assert run_processes(redis_url, provider.url, n=1, threads=1, each=1) == ["ok"]
+    first.join(60)
+    later = sorted(provider.arrivals)[1:]
+    assert len(later) == 2 and min(later) >= limited_at + 2.0 - 0.05
+    (shown,) = state.routes.show()
+    assert (shown.limited, shown.ok, shown.cool_why) == (1, 2, "limited")
+
+
+def test_an_outage_of_30_s_fails_no_task_and_uses_no_attempt(state: State, start_fleet) -> None:
+    """Five answers of 503 in a row cool the route for 1 + 2 + 4 + 8 + 16 s: the job waits
+    them out and every task succeeds on its first attempt."""
+    faults = [(503, {"error": {"message": "down"}})] * 5
+    with ScriptedOpenAI(load_scenario("demo"), faults=faults, malformed=set()) as api:
+        env = (
+            ("REDFLEET_PROVIDER", "openai"),
+            ("REDFLEET_MODEL", "gpt-4.1-mini"),
+            ("REDFLEET_BASE_URL", api.url),
+            ("OPENAI_API_KEY", "sk-loopback"),
+        )
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
+        started = time.monotonic()
+        job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, max_attempts=2))
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 180, "the job")
+    assert state.jobs.get(job.job_id).status == "succeeded"
+    assert time.monotonic() - started >= 30
+    assert all(t.attempt == 1 for t in state.tasks.list(job.job_id))
+    assert events_named(state, job.job_id, "task.requeued") == []
+    (shown,) = state.routes.show()
+    assert shown.failed == 5 and shown.route == route_id("openai", "gpt-4.1-mini", api.url)
+
+
+def test_a_lost_reply_of_the_admission_scripts_is_re_sent_and_counted_once(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    state.routes.set_limits("r", RouteLimits(tpm=6_000))
+    route = Route(remote.client, "r")
+    lose_reply_to(proxy, "admitCall")
+    grant = route.acquire(300)
+    assert proxy.dropped == 1
+    held = state.client.hmget(keys.route("r"), "admitted", "tok")
+    assert int(held[0]) == 1 and float(held[1]) == 1_000 - 300  # 10 s of 6,000/min, once
+    assert state.client.zcard(keys.route_inflight("r")) == 1
+    lose_reply_to(proxy, "settleCall")
+    route.settle(grant, used=100)
+    assert proxy.dropped == 2
+    assert float(state.client.hget(keys.route("r"), "tok")) == 1_000 - 100  # refunded once
+    assert state.client.zcard(keys.route_inflight("r")) == 0
+
+
+def test_a_call_that_died_gives_its_slot_back_when_its_lease_ends(state: State) -> None:
+    state.routes.set_limits("r", RouteLimits(concurrency=1))
+    state.client.zadd(keys.route_inflight("r"), {"dead-caller": 1})  # its lease long over
+    grant = Route(state.client, "r").acquire(10, max_wait_s=5)
+    assert isinstance(grant, Grant) and grant.call_id
+    assert state.client.zrange(keys.route_inflight("r"), 0, -1) == [grant.call_id.encode()]
+
+
+def test_outcomes_follow_the_status() -> None:
+    from shared_state.admission import outcome_of
+
+    assert [outcome_of(s) for s in (200, 400, 429, 529, 500, 503, None)] == [
+        Outcome.OK, Outcome.OK, Outcome.LIMITED, Outcome.LIMITED, Outcome.FAILED,
+        Outcome.FAILED, Outcome.FAILED,
+    ]  # fmt: skip
