@@ -43,6 +43,7 @@ from .demo import run_demo
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR, export_job
 from .fleet import Fleet, FleetSpec, provider_env
+from .limits_cli import limits_app, load_limits
 from .memory_cli import memory_app
 from .patch import FileDiff
 from .reaper import Reaper
@@ -68,6 +69,7 @@ server_app = typer.Typer(
 )
 app.add_typer(server_app, name="server")
 app.add_typer(memory_app, name="memory")
+app.add_typer(limits_app, name="limits")
 
 
 def _print_version(value: bool) -> None:
@@ -227,6 +229,15 @@ def up(
     metrics_host: Annotated[
         str, typer.Option("--metrics-host", metavar="HOST", help="Where --metrics-port listens.")
     ] = "127.0.0.1",
+    limits: Annotated[
+        Path | None,
+        typer.Option(
+            "--limits",
+            metavar="FILE",
+            help='Model routes\' shared limits, a JSON file: {"openai:MODEL@HOST/v1": '
+            '{"rpm": 500, "tpm": 200000, "concurrency": 50}} (see `redfleet limits`).',
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a supervised fleet: one OS process per worker, plus the reaper.
@@ -246,6 +257,10 @@ def up(
     each with its own claim, lease and fencing token, sharing one process's
     memory. Size a fleet as processes x slots (see the README, "Concurrency").
 
+    Every model call is admitted by its route's shared limits (--limits
+    FILE, or `redfleet limits set` while it runs); a provider's 429 or outage
+    cools the route for the whole fleet and costs no task an attempt.
+
     --metrics-port serves the fleet's metrics for Prometheus (claims, renewals,
     fenced writes, reaps, tokens, cost, cache-hit ratio, step latency, queue
     depths, workers): counted in Redis from every worker's events, so one
@@ -259,6 +274,7 @@ def up(
     settings = Settings()
     logs.configure(settings.log_level)
     choice, worker_env = _provider_env(settings, provider, model, base_url, script, summary_model)
+    route_limits = load_limits(limits) if limits is not None else {}
     url = redis_url(settings)
     spec = FleetSpec(
         planners=planners,
@@ -272,8 +288,9 @@ def up(
     )
     # Reach Redis as a command a person waits for does (a one-line error within seconds),
     # before announcing a fleet; once it serves, the fleet rides out outages.
-    with open_state(settings, url):
-        pass
+    with open_state(settings, url) as state:
+        for route, set_to in route_limits.items():
+            state.routes.set_limits(route, set_to)
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from .conftest import events_named, wait_for
 from .loopback import ScriptedOpenAI
 from .proxy import FaultProxy
 from .test_agent_jobs import GOAL
+from .test_cli import assert_one_line_error, run
 from .test_lost_replies import lose_reply_to
 
 PROMPT = "x" * 400  # 100 tokens by the estimate, and 100 of output: 200 a call
@@ -231,3 +233,25 @@ def test_outcomes_follow_the_status() -> None:
         Outcome.OK, Outcome.OK, Outcome.LIMITED, Outcome.LIMITED, Outcome.FAILED,
         Outcome.FAILED, Outcome.FAILED,
     ]  # fmt: skip
+
+
+def test_limits_are_set_and_shown_at_the_cli_and_bad_input_is_named(
+    state: State, redis_url: str, tmp_path: Path
+) -> None:
+    route = "openai:gpt-4.1-mini@api.openai.com/v1"
+    done = run("limits", "set", route, "--rpm", "500", "--tpm", "200000", url=redis_url)
+    assert done.returncode == 0 and "500 rpm, 200,000 tpm" in done.stdout
+    shown = json.loads(run("limits", "show", "--json", url=redis_url).stdout)
+    assert [(r["route"], r["limits"]) for r in shown] == [
+        (route, {"rpm": 500, "tpm": 200_000, "concurrency": 0})
+    ]
+    assert "500 rpm" in run("limits", "show", url=redis_url).stdout
+    assert_one_line_error(run("limits", "set", "gpt-4", "--rpm", "5", url=redis_url),
+                          "expected provider:model@endpoint")  # fmt: skip
+    bad = tmp_path / "limits.json"
+    bad.write_text(json.dumps({route: {"rpm": -1}}))
+    assert_one_line_error(
+        run("up", "--limits", str(bad), "--burst", url=redis_url), "rpm", "greater than or equal"
+    )
+    bad.write_text(json.dumps({route: {"rpn": 5}}))
+    assert_one_line_error(run("up", "--limits", str(bad), "--burst", url=redis_url), "rpn")

@@ -1,0 +1,137 @@
+"""``redfleet limits``: each model route's shared limits, set for the whole fleet, and its use.
+
+A route is a provider's model at one endpoint, named as the workers call it
+(``openai:gpt-4.1-mini@api.openai.com/v1``; ``limits show`` lists every route
+the fleet has called). Limits apply to every worker process on every
+machine at their next call; a route without limits still cools down for the
+whole fleet when its provider answers 429 or fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from shared_state.admission import RouteLimits, Routes, RouteState
+
+from . import views
+from .connection import open_state
+from .errors import CoordinatorError
+from .settings import Settings
+from .text import one_line
+
+limits_app = typer.Typer(
+    help=(
+        "Shared limits of model routes: requests and tokens per minute and calls at once,\n"
+        "for the whole fleet. A route is provider:model@endpoint, e.g.\n"
+        "openai:gpt-4.1-mini@api.openai.com/v1 (`limits show` lists those called so far)."
+    ),
+    no_args_is_help=True,
+)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+COLUMNS = ["route", "limits", "in flight", "waiting", "cooling", "calls", "429s", "failed",
+           "waits", "provider says left"]  # fmt: skip
+
+
+def load_limits(path: Path) -> dict[str, RouteLimits]:
+    """A limits file: a JSON object of route -> {"rpm": N, "tpm": N, "concurrency": N}."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise CoordinatorError(f"--limits {path}: cannot read it ({exc.strerror})") from exc
+    except ValueError as exc:
+        raise CoordinatorError(f"--limits {path}: not JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise CoordinatorError(f"--limits {path}: expected an object of route -> limits")
+    out = {}
+    for route, limits in doc.items():
+        _check_route(route)
+        try:
+            out[route] = RouteLimits.model_validate(limits)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "limits"
+            raise CoordinatorError(
+                f"--limits {path}: {one_line(route)}: {where}: {problem['msg']} "
+                "(expected rpm, tpm and concurrency, whole numbers >= 0)"
+            ) from exc
+    return out
+
+
+def _check_route(route: str) -> None:
+    provider, colon, rest = route.partition(":")
+    if not (provider and colon and "@" in rest):
+        raise CoordinatorError(
+            f"route {one_line(route)!r}: expected provider:model@endpoint, e.g. "
+            "openai:gpt-4.1-mini@api.openai.com/v1 (`redfleet limits show` lists them)"
+        )
+
+
+@limits_app.command("set")
+def set_cmd(
+    route: Annotated[str, typer.Argument(metavar="ROUTE", help="provider:model@endpoint")],
+    rpm: Annotated[int, typer.Option("--rpm", min=0, help="Requests per minute (0: none).")] = 0,
+    tpm: Annotated[
+        int, typer.Option("--tpm", min=0, help="Tokens per minute, input and output (0: none).")
+    ] = 0,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=0, help="Calls at once (0: none).")
+    ] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a route's limits for every worker, from its next call (0 lifts one)."""
+    _check_route(route)
+    limits = RouteLimits(rpm=rpm, tpm=tpm, concurrency=concurrency)
+    with open_state(Settings()) as state:
+        Routes(state.client).set_limits(route, limits)
+    if as_json:
+        views.print_json({"route": route, **limits.model_dump()})
+    else:
+        views.write_line(f"{one_line(route)}: {_limits_text(limits)}")
+
+
+@limits_app.command("show")
+def show_cmd(as_json: JsonOpt = False) -> None:
+    """Every route the fleet has called: its limits, calls in flight and waiting,
+    cool-down, 429s, failures, waits, and what the provider last said is left."""
+    with open_state(Settings()) as state:
+        shown = Routes(state.client).show()
+    if as_json:
+        views.print_json([_doc(r) for r in shown])
+        return
+    views.table("model routes", [_row(r) for r in shown], COLUMNS)
+
+
+def _limits_text(limits: RouteLimits) -> str:
+    parts = [f"{limits.rpm} rpm" if limits.rpm else "", f"{limits.tpm:,} tpm" if limits.tpm else "",
+             f"{limits.concurrency} at once" if limits.concurrency else ""]  # fmt: skip
+    return ", ".join(p for p in parts if p) or "no limits"
+
+
+def _doc(r: RouteState) -> dict[str, Any]:
+    return {**r.__dict__, "limits": r.limits.model_dump()}
+
+
+def _row(r: RouteState) -> dict[str, Any]:
+    waited = f"{r.waits} (avg {r.waited_ms / r.waits / 1000:.1f} s)" if r.waits else "0"
+    left = ", ".join(
+        f"{v} {what}"
+        for v, what in ((r.learned_requests, "requests"), (r.learned_tokens, "tokens"))
+        if v
+    )
+    return {
+        "route": r.route,
+        "limits": _limits_text(r.limits),
+        "in flight": r.in_flight,
+        "waiting": r.waiting,
+        "cooling": f"{r.cooling_ms / 1000:.1f} s ({r.cool_why})" if r.cooling_ms else "",
+        "calls": r.admitted or r.ok,
+        "429s": r.limited,
+        "failed": r.failed,
+        "waits": waited,
+        "provider says left": left,
+    }
