@@ -35,6 +35,7 @@ from shared_state import (
 from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.llm import ProviderChoice, ProviderName, load_scenario
+from workers.llm.choice import Fallback
 
 from . import logs, metrics, views
 from .api import RENEWED, Client, Progress, WaitTimeout
@@ -175,6 +176,7 @@ def _provider_env(
     base_url: str | None,
     script: str | None,
     summary_model: str | None = None,
+    fallback: list[str] | None = None,
 ) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
     """The provider the options choose, checked now, and the workers' environment for it."""
     given = {
@@ -183,7 +185,13 @@ def _provider_env(
         "base_url": settings.base_url if base_url is None else base_url,
         "script": script or settings.script,
         "summary_model": settings.summary_model if summary_model is None else summary_model,
+        "fallback_after_s": settings.fallback_after_s,
     }
+    texts = fallback if fallback else [f for f in settings.fallback.split(",") if f.strip()]
+    try:
+        given["fallbacks"] = tuple(Fallback.parse(f) for f in texts)
+    except ValueError as exc:
+        raise CoordinatorError(f"--fallback: {exc}") from exc
     if given["provider"] != ProviderName.SCRIPTED and not given.get("model"):
         raise CoordinatorError(
             f"--model: the {given['provider']} provider needs a model name, "
@@ -229,6 +237,16 @@ def up(
     metrics_host: Annotated[
         str, typer.Option("--metrics-host", metavar="HOST", help="Where --metrics-port listens.")
     ] = "127.0.0.1",
+    fallback: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fallback",
+            metavar="[ROLE=]PROVIDER:MODEL[@URL]",
+            help="A route to fall back to when the model's route cools (429s, overload, an "
+            "outage) past REDFLEET_FALLBACK_AFTER_S (20 s); repeat for an ordered list, "
+            "e.g. --fallback coder=openai:gpt-4.1-mini (default: REDFLEET_FALLBACK).",
+        ),
+    ] = None,
     limits: Annotated[
         Path | None,
         typer.Option(
@@ -273,7 +291,9 @@ def up(
     """
     settings = Settings()
     logs.configure(settings.log_level)
-    choice, worker_env = _provider_env(settings, provider, model, base_url, script, summary_model)
+    choice, worker_env = _provider_env(
+        settings, provider, model, base_url, script, summary_model, fallback
+    )
     route_limits = load_limits(limits) if limits is not None else {}
     url = redis_url(settings)
     spec = FleetSpec(

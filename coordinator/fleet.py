@@ -68,6 +68,9 @@ def provider_env(choice: ProviderChoice) -> tuple[tuple[str, str], ...]:
            "REDFLEET_SUMMARY_MODEL": choice.summary_model}  # fmt: skip
     if choice.base_url:
         env["REDFLEET_BASE_URL"] = choice.base_url
+    if choice.fallbacks:
+        env["REDFLEET_FALLBACK"] = ",".join(str(f) for f in choice.fallbacks)
+        env["REDFLEET_FALLBACK_AFTER_S"] = str(choice.fallback_after_s)
     return tuple(env.items())
 
 

@@ -14,6 +14,7 @@ from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.heartbeat import DEFAULT_STUCK_AFTER_S
 from workers.llm import ProviderChoice, ProviderName
+from workers.llm.choice import Fallback
 
 from .importer import MAX_FILE_BYTES, MAX_TOTAL_BYTES, ImportLimits
 
@@ -66,6 +67,14 @@ class Settings(BaseSettings):
     summary_model: str = Field(
         default="",
         description="a cheaper model of the provider for summaries (empty: none is called)",
+    )
+    fallback: str = Field(
+        default="",
+        description="routes to fall back to, in order, comma separated: "
+        "[role=]provider:model[@base_url]",
+    )
+    fallback_after_s: float = Field(
+        default=20.0, gt=0, description="how long a call waits on a cooling route before the next"
     )
     tenant: str | None = Field(
         default=None,
@@ -134,6 +143,8 @@ class Settings(BaseSettings):
             base_url=self.base_url,
             script=self.script,
             summary_model=self.summary_model,
+            fallbacks=tuple(Fallback.parse(f) for f in self.fallback.split(",") if f.strip()),
+            fallback_after_s=self.fallback_after_s,
         )
 
 

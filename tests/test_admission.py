@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -255,3 +256,66 @@ def test_limits_are_set_and_shown_at_the_cli_and_bad_input_is_named(
     )
     bad.write_text(json.dumps({route: {"rpn": 5}}))
     assert_one_line_error(run("up", "--limits", str(bad), "--burst", url=redis_url), "rpn")
+
+
+def test_a_cooling_route_is_passed_over_at_once_for_the_fallback(
+    state: State, provider: Provider
+) -> None:
+    from workers.llm.failover import Failover
+
+    backup = Provider()
+    try:
+        routes = Routes(state.client)
+        first = OpenAIProvider("gpt-4.1", base_url=provider.url, api_key="k", routes=routes)
+        second = OpenAIProvider("gpt-4.1-mini", base_url=backup.url, api_key="k", routes=routes)
+        grant = routes.route(first.route_id).acquire(10)
+        routes.route(first.route_id).settle(grant, used=0, outcome=Outcome.LIMITED,
+                                            retry_after_ms=60_000)  # fmt: skip
+        started = time.monotonic()
+        answer = Failover([first, second], after_s=5).complete(
+            [Message(role="user", content="hi")], [], max_tokens=10
+        )
+        assert time.monotonic() - started < 2  # no waiting on a route cooling for a minute
+        assert provider.arrivals == [] and len(backup.arrivals) == 1
+        assert (answer.route, answer.served_by) == (second.route_id, "gpt-4.1-mini")
+    finally:
+        backup.close()
+
+
+def test_the_fallback_takes_over_from_a_dead_provider_and_every_call_records_it(
+    state: State, start_fleet
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the primary is down
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
+        env = (
+            ("REDFLEET_PROVIDER", "openai"),
+            ("REDFLEET_MODEL", "gpt-4.1"),
+            ("REDFLEET_BASE_URL", dead),
+            ("REDFLEET_FALLBACK", f"openai:gpt-4.1-mini@{api.url}"),
+            ("REDFLEET_FALLBACK_AFTER_S", "2"),
+            ("OPENAI_API_KEY", "sk-loopback"),
+        )
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
+        job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 180, "the job")
+    assert state.jobs.get(job.job_id).status == "succeeded"
+    called = events_named(state, job.job_id, "model.called")
+    backup = route_id("openai", "gpt-4.1-mini", api.url)
+    assert called and {e.model_extra["route"] for e in called} == {backup}
+    assert {e.model_extra["model"] for e in called} == {"gpt-4.1-mini"}
+    assert all(t.attempt == 1 for t in state.tasks.list(job.job_id))
+    shown = {r.route: r for r in state.routes.show()}
+    assert shown[route_id("openai", "gpt-4.1", dead)].failed >= 1
+    # Priced as the model that answered: gpt-4.1-mini's prices, not gpt-4.1's.
+    from workers.context import price_of
+
+    usage = state.usage(job.job_id).get()
+    mini = price_of("gpt-4.1-mini")
+    expected = (
+        (usage.input_tokens - usage.cached_tokens) * mini.input
+        + usage.cached_tokens * mini.cached_input
+        + usage.output_tokens * mini.output
+    ) / 1e6
+    assert abs(usage.cost_usd - expected) < 1e-6

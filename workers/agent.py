@@ -149,6 +149,8 @@ class AgentLoop:
             tool=",".join(c.name for c in response.tool_calls),
             tool_result_bytes=self.delivered,
             latency_ms=latency_ms,
+            model=response.served_by,  # a fallback's model, priced as it
+            route=response.route,
         )
         self.delivered = 0
 

@@ -58,6 +58,7 @@ class CallRecord:
     bust: str = ""  # cause of a cache bust, "" if none
     kind: str = "step"  # "step" or "compaction" (a summarizing call)
     model: str = ""  # the model that served the call, when not the ledger's (a summary model)
+    route: str = ""  # the route it took (``admission.route_id``), when it went over one
 
     def cost_usd(self, price: Price) -> float:
         fresh = self.input_tokens - self.cached_tokens
@@ -135,6 +136,8 @@ class CallLedger:
             }
             if record.model:
                 event["model"] = record.model
+            if record.route:
+                event["route"] = record.route
             self.job.record(
                 input_tokens=record.input_tokens,
                 cached_tokens=record.cached_tokens,
@@ -156,7 +159,11 @@ class CallLedger:
         tool_result_bytes: int = 0,
         cached_tokens: int | None = None,
         latency_ms: float = 0.0,
+        model: str = "",
+        route: str = "",
     ) -> CallRecord:
+        """``model``: the model that answered, when not the ledger's (a fallback: priced as
+        it); ``route``: where the call went."""
         prefix, bust = shared_prefix(self._last_blocks, prompt.blocks)
         if not self._last_blocks:
             bust = ""
@@ -174,6 +181,8 @@ class CallLedger:
             latency_ms=latency_ms,
             prefix_hash=prompt.prefix_hash(),
             bust=bust,
+            model="" if model == self.model else model,
+            route=route,
         )
         return self._add(record)
 

@@ -67,6 +67,8 @@ class AnthropicProvider(HttpProvider):
             provider=self.name,
             model=body.get("model", self.model),
             stop_reason=body.get("stop_reason") or "",
+            route=self.route_id,
+            served_by=self.model,
         )
 
 

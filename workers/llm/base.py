@@ -50,6 +50,8 @@ class ModelResponse:
     provider: str
     model: str
     stop_reason: str = ""
+    route: str = ""  # the route that answered (``admission.route_id``), "" none
+    served_by: str = ""  # the model asked, as configured (what its price is listed under)
 
     def message(self) -> Message:
         return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
@@ -122,6 +124,7 @@ class HttpJson:
     sleep: Callable[[float], None] = time.sleep
     client: httpx.Client | None = None
     route: Route | None = None
+    max_wait_s: float = MAX_WAIT_S  # the longest a call waits for its route (a fallback's bound)
 
     def post(
         self,
@@ -183,7 +186,8 @@ class HttpJson:
         started, last = time.monotonic(), ""
         while True:
             try:
-                grant = route.acquire(tokens, max_wait_s=MAX_WAIT_S - (time.monotonic() - started))
+                left = self.max_wait_s - (time.monotonic() - started)
+                grant = route.acquire(tokens, max_wait_s=left)
             except AdmissionTimedOut as exc:
                 raise ProviderUnavailable(
                     redact(f"{self.provider}: {exc}; last answer: {last or 'none'}", known=sent)
@@ -303,5 +307,6 @@ class HttpProvider:
         self.url = base + self.path
         # Local servers accept any key; hosted APIs answer 401 without one.
         self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
-        route = routes.route(route_id(self.name, model, base)) if routes is not None else None
+        self.route_id = route_id(self.name, model, base)
+        route = routes.route(self.route_id) if routes is not None else None
         self.http = http or HttpJson(self.name, retry or RetryPolicy(), route=route)

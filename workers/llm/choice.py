@@ -6,6 +6,10 @@ Set with ``redfleet up --provider ... --model ... --base-url ...`` (or the
 ``ANTHROPIC_API_KEY``. Each task gets its own provider instance; all of a
 process's share one HTTP client (``base.shared_client``).
 
+``--fallback [role=]provider:model[@base_url]`` (``REDFLEET_FALLBACK``, comma
+separated) names routes to fall back to, in order, when the model's route
+cools past ``REDFLEET_FALLBACK_AFTER_S`` (``failover``).
+
 ``--summary-model`` (``REDFLEET_SUMMARY_MODEL``) names a second, cheaper model
 of the same provider for summaries (compactions); without one, no model is
 called for them. With the scripted provider it is ``ScriptedSummaryModel``.
@@ -15,12 +19,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared_state.admission import Routes
 
 from .anthropic import AnthropicProvider
-from .base import Provider
+from .base import HttpProvider, Provider
+from .failover import FALLBACK_AFTER_S, Failover
 from .openai import OpenAIProvider
 from .scripted import ScriptedProvider, ScriptedSummaryModel, load_scenario
 
@@ -31,6 +36,36 @@ class ProviderName(StrEnum):
     ANTHROPIC = "anthropic"
 
 
+class Fallback(BaseModel):
+    """A route to fall back to: ``[role=]provider:model[@base_url]``, for one role or all."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: str = ""  # "": every role
+    provider: ProviderName
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Fallback:
+        role, eq, rest = text.strip().partition("=")
+        if not eq:
+            role, rest = "", text.strip()
+        provider, colon, model_at = rest.partition(":")
+        model, _, base_url = model_at.partition("@")
+        if not colon or provider not in ("openai", "anthropic") or not model:
+            raise ValueError(
+                f"fallback {text!r}: expected [role=]provider:model[@base_url], provider "
+                "openai or anthropic, e.g. coder=openai:gpt-4.1-mini"
+            )
+        return cls(role=role, provider=ProviderName(provider), model=model,
+                   base_url=base_url or None)  # fmt: skip
+
+    def __str__(self) -> str:
+        where = f"@{self.base_url}" if self.base_url else ""
+        return f"{self.role + '=' if self.role else ''}{self.provider.value}:{self.model}{where}"
+
+
 class ProviderChoice(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -39,6 +74,9 @@ class ProviderChoice(BaseModel):
     base_url: str | None = None
     script: str = "demo"  # the scripted provider's scenario: a shipped name or a .json path
     summary_model: str = ""  # the model summaries are asked of ("": none is)
+    # Routes to fall back to, in order, when the model's route cools past ``fallback_after_s``.
+    fallbacks: tuple[Fallback, ...] = ()
+    fallback_after_s: float = Field(default=FALLBACK_AFTER_S, gt=0)
 
     @model_validator(mode="after")
     def _model_given(self) -> ProviderChoice:
@@ -51,26 +89,40 @@ class ProviderChoice(BaseModel):
             summaries = self._summaries()
             return f"scripted (replays scenario {self.script!r}; no model is called){summaries}"
         where = f" at {self.base_url}" if self.base_url else ""
-        return f"{self.provider.value} model {self.model}{where}{self._summaries()}"
+        falls = (
+            f", falling back to {', '.join(str(f) for f in self.fallbacks)}"
+            if self.fallbacks
+            else ""
+        )
+        return f"{self.provider.value} model {self.model}{where}{self._summaries()}{falls}"
 
     def _summaries(self) -> str:
         return f", summaries by {self.summary_model}" if self.summary_model else ""
 
-    def open(self, script_key: str, *, routes: Routes | None = None) -> Provider:
+    def open(self, script_key: str, *, routes: Routes | None = None, role: str = "") -> Provider:
         """A provider for one task; ``script_key`` picks the scripted provider's script;
-        ``routes``: the fleet's, whose shared limits admit every call (``admission``)."""
-        if self.provider is ProviderName.OPENAI:
-            return OpenAIProvider(self.model, base_url=self.base_url, routes=routes)
-        if self.provider is ProviderName.ANTHROPIC:
-            return AnthropicProvider(self.model, base_url=self.base_url, routes=routes)
-        return ScriptedProvider(load_scenario(self.script), script_key)
+        ``routes``: the fleet's, whose shared limits admit every call (``admission``), and
+        with them the fallbacks of ``role`` (and of every role), in order, after the model."""
+        if self.provider is ProviderName.SCRIPTED:
+            return ScriptedProvider(load_scenario(self.script), script_key)
+        primary = _http(self.provider, self.model, self.base_url, routes)
+        chain = [f for f in self.fallbacks if f.role in ("", role)]
+        if routes is None or not chain:
+            return primary
+        rest = [_http(f.provider, f.model, f.base_url, routes) for f in chain]
+        return Failover([primary, *rest], after_s=self.fallback_after_s)
 
     def open_summaries(self, *, routes: Routes | None = None) -> Provider | None:
         """A provider of the summary model, for one task; None when there is none."""
         if not self.summary_model:
             return None
-        if self.provider is ProviderName.OPENAI:
-            return OpenAIProvider(self.summary_model, base_url=self.base_url, routes=routes)
-        if self.provider is ProviderName.ANTHROPIC:
-            return AnthropicProvider(self.summary_model, base_url=self.base_url, routes=routes)
-        return ScriptedSummaryModel(self.summary_model)
+        if self.provider is ProviderName.SCRIPTED:
+            return ScriptedSummaryModel(self.summary_model)
+        return _http(self.provider, self.summary_model, self.base_url, routes)
+
+
+def _http(
+    provider: ProviderName, model: str, base_url: str | None, routes: Routes | None
+) -> HttpProvider:
+    kind = OpenAIProvider if provider is ProviderName.OPENAI else AnthropicProvider
+    return kind(model, base_url=base_url, routes=routes)

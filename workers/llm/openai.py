@@ -58,6 +58,8 @@ class OpenAIProvider(HttpProvider):
             provider=self.name,
             model=body.get("model", self.model),
             stop_reason=choice.get("finish_reason") or "",
+            route=self.route_id,
+            served_by=self.model,
         )
 
 

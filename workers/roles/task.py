@@ -236,7 +236,9 @@ class AgentTask:
         """Run the loop in ``phase`` with the role's ``tools`` and those every role offers."""
         self.context.reconcile()
         self.context.update(lambda s: s.with_phase(phase))
-        provider = self.choice.open(self.script_key, routes=self.run.state.routes)
+        provider = self.choice.open(
+            self.script_key, routes=self.run.state.routes, role=self.task.role.value
+        )
         self.ledger = CallLedger(
             model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
         )
