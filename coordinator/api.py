@@ -206,6 +206,7 @@ class Client:
         workspace: Path | ImportReport | None = None,
         check: str = "",
         approve: tuple[str, ...] = (),
+        priority: int = 0,
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
@@ -216,7 +217,8 @@ class Client:
         ``workspace``: a folder or repository (imported now, whole) or what
         ``import_workspace`` returned; ``check``: the workspace's own check
         command, run by the reviewer over the job's files; ``approve``: tools
-        (``APPROVABLE``) whose every call waits for ``approve`` before it is made.
+        (``APPROVABLE``) whose every call waits for ``approve`` before it is made;
+        ``priority``: 0-9, its model calls' place (higher first) while a route is busy.
         """
         unknown = sorted(set(approve) - APPROVABLE)
         if unknown:
@@ -245,6 +247,7 @@ class Client:
             workspace_commit=workspace.commit if workspace else "",
             check=check,
             approve=",".join(approve),
+            priority=priority,
         )
         return self.state.jobs.submit(spec).job_id
 

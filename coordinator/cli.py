@@ -441,6 +441,15 @@ def submit(
         int,
         typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
     ] = 0,
+    priority: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=9,
+            help="Its model calls' place while a route is busy: 9 first, 0 (the default) "
+            "last; tenants share by weight within a priority (`redfleet limits tenant`).",
+        ),
+    ] = 0,
     tenant: Annotated[
         str | None,
         typer.Option(
@@ -582,6 +591,7 @@ def submit(
             workspace=imported,
             check=check,
             approve=tuple(n.strip() for n in (approve or "").split(",") if n.strip()),
+            priority=priority,
         )
         if not wait:
             if as_json:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from shared_state.admission import RouteLimits, Routes, RouteState
+from shared_state.admission import RouteLimits, Routes, RouteState, TenantShare
 
 from . import views
 from .connection import open_state
@@ -33,8 +33,8 @@ limits_app = typer.Typer(
     no_args_is_help=True,
 )
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-COLUMNS = ["route", "limits", "in flight", "waiting", "cooling", "calls", "429s", "failed",
-           "waits", "provider says left"]  # fmt: skip
+COLUMNS = ["route", "limits", "in flight", "waiting", "cooling", "calls", "by tenant", "429s",
+           "failed", "waits", "provider says left"]  # fmt: skip
 
 
 def load_limits(path: Path) -> dict[str, RouteLimits]:
@@ -94,16 +94,56 @@ def set_cmd(
         views.write_line(f"{one_line(route)}: {_limits_text(limits)}")
 
 
+@limits_app.command("tenant")
+def tenant_cmd(
+    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant jobs run for.")],
+    weight: Annotated[
+        int,
+        typer.Option(
+            "--weight",
+            min=1,
+            max=1000,
+            help="Its share against other tenants' while calls wait: 3 goes 3 calls to "
+            "another's 1 of weight 1 (default 1).",
+        ),
+    ] = 1,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=0, help="Its calls at once on a route (0: none).")
+    ] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a tenant's weight and cap on every route, for the whole fleet."""
+    share = TenantShare(weight=weight, concurrency=concurrency)
+    with open_state(Settings()) as state:
+        Routes(state.client).set_tenant(tenant, share)
+    if as_json:
+        views.print_json({"tenant": tenant, **share.model_dump()})
+    else:
+        cap = f", at most {concurrency} calls at once" if concurrency else ""
+        views.write_line(f"tenant {one_line(tenant)}: weight {weight}{cap} on every route")
+
+
 @limits_app.command("show")
 def show_cmd(as_json: JsonOpt = False) -> None:
     """Every route the fleet has called: its limits, calls in flight and waiting,
-    cool-down, 429s, failures, waits, and what the provider last said is left."""
+    cool-down, 429s, failures, waits, calls by tenant, and what the provider last said
+    is left; and the tenants' weights and caps."""
     with open_state(Settings()) as state:
-        shown = Routes(state.client).show()
+        routes = Routes(state.client)
+        shown, tenants = routes.show(), routes.tenants()
     if as_json:
-        views.print_json([_doc(r) for r in shown])
+        views.print_json(
+            {
+                "routes": [_doc(r) for r in shown],
+                "tenants": {t: s.model_dump() for t, s in tenants.items()},
+            }
+        )
         return
     views.table("model routes", [_row(r) for r in shown], COLUMNS)
+    if tenants:
+        rows = [{"tenant": t, "weight": s.weight, "calls at once": s.concurrency or ""}
+                for t, s in tenants.items()]  # fmt: skip
+        views.table("tenants", rows, ["tenant", "weight", "calls at once"])
 
 
 def _limits_text(limits: RouteLimits) -> str:
@@ -130,6 +170,7 @@ def _row(r: RouteState) -> dict[str, Any]:
         "waiting": r.waiting,
         "cooling": f"{r.cooling_ms / 1000:.1f} s ({r.cool_why})" if r.cooling_ms else "",
         "calls": r.admitted or r.ok,
+        "by tenant": ", ".join(f"{t} {n}" for t, n in sorted(r.by_tenant.items())),
         "429s": r.limited,
         "failed": r.failed,
         "waits": waited,

@@ -88,6 +88,16 @@ class RouteLimits(BaseModel):
         return bool(self.rpm or self.tpm or self.concurrency)
 
 
+class TenantShare(BaseModel):
+    """A tenant's share of every route: its weight against the others' while calls wait,
+    and its cap of calls at once on a route (0: none)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    weight: int = Field(default=1, ge=1, le=1000)
+    concurrency: int = Field(default=0, ge=0)
+
+
 _UNSAFE = re.compile(r"[^\w.:/@+-]")
 
 
@@ -126,6 +136,7 @@ class RouteState:
     waited_ms: int
     learned_requests: str  # what the provider last said is left ("": never said)
     learned_tokens: str
+    by_tenant: dict[str, int]  # calls admitted, by tenant
 
 
 class Route:
@@ -148,14 +159,23 @@ class Route:
         self._limited = True
         self._cool_until = 0.0  # clock time its cool-down ends, as last read
         self._recovering = False  # a failure was the last outcome this process saw
+        self._tenants: dict[str, tuple[float, int, int]] = {}  # read at, weight, cap
 
-    def acquire(self, tokens: int, *, max_wait_s: float = MAX_WAIT_S) -> Grant:
-        """Wait until the route admits a call of ``tokens``; AdmissionTimedOut after
-        ``max_wait_s``."""
+    def acquire(
+        self,
+        tokens: int,
+        *,
+        tenant: str = "default",
+        priority: int = 0,
+        max_wait_s: float = MAX_WAIT_S,
+    ) -> Grant:
+        """Wait until the route admits a call of ``tokens`` for ``tenant``'s job of
+        ``priority`` (0-9, higher first); AdmissionTimedOut after ``max_wait_s``."""
         started = self.clock()
-        call_id, why = secrets.token_hex(8), ""
+        call_id, why = f"{tenant}|{secrets.token_hex(8)}", ""
         while True:
-            if not self._limits_apply():
+            weight, cap = self._tenant(tenant)
+            if not cap and not self._limits_apply():
                 wait = self._cool_until - self.clock()
                 if wait <= 0:
                     return Grant(self.id, "", tokens, int((self.clock() - started) * 1000))
@@ -165,7 +185,7 @@ class Route:
                     self.client,
                     "admitCall",
                     keys.script_keys("admitCall", route_id=self.id),
-                    [call_id, tokens, LEASE_MS],
+                    [call_id, tokens, LEASE_MS, weight, priority, cap],
                 )
                 if res.code == 1:
                     return Grant(self.id, call_id, tokens, int(res.data["waited_ms"]))
@@ -210,6 +230,19 @@ class Route:
         if self._recovering:
             self._read_at = -FRESH_S
 
+    def _tenant(self, tenant: str) -> tuple[int, int]:
+        """The tenant's weight and cap of calls at once, read at most once every
+        ``FRESH_S``."""
+        with self._lock:
+            known = self._tenants.get(tenant)
+            if known is not None and self.clock() - known[0] < FRESH_S:
+                return known[1], known[2]
+            weight, cap = self.client.hmget(
+                keys.ADMISSION_TENANTS, f"weight:{tenant}", f"cap:{tenant}"
+            )
+            self._tenants[tenant] = (self.clock(), int(weight or 1), int(cap or 0))
+            return int(weight or 1), int(cap or 0)
+
     def _limits_apply(self) -> bool:
         """Whether calls must ask the script (limits are set); else the route's cool-down,
         read at most once every ``FRESH_S``."""
@@ -249,6 +282,22 @@ class Routes:
         self.client.sadd(keys.ROUTES, route)
         self.client.hset(keys.route(route), mapping=limits.model_dump())
 
+    def set_tenant(self, tenant: str, share: TenantShare) -> None:
+        """Set ``tenant``'s weight and cap on every route, for the whole fleet."""
+        self.client.hset(
+            keys.ADMISSION_TENANTS,
+            mapping={f"weight:{tenant}": share.weight, f"cap:{tenant}": share.concurrency},
+        )
+
+    def tenants(self) -> dict[str, TenantShare]:
+        """The tenants whose weight or cap was set."""
+        raw = {k.decode(): int(v) for k, v in self.client.hgetall(keys.ADMISSION_TENANTS).items()}
+        names = sorted({k.partition(":")[2] for k in raw})
+        return {
+            t: TenantShare(weight=raw.get(f"weight:{t}", 1), concurrency=raw.get(f"cap:{t}", 0))
+            for t in names
+        }
+
     def show(self) -> list[RouteState]:
         """Every route seen, with its limits, use, waits and cool-down."""
         names = sorted(r.decode() for r in self.client.smembers(keys.ROUTES))
@@ -285,6 +334,11 @@ class Routes:
                     waited_ms=num("waited_ms"),
                     learned_requests=raw.get("learned_requests", ""),
                     learned_tokens=raw.get("learned_tokens", ""),
+                    by_tenant={
+                        k.removeprefix("admitted:"): int(v)
+                        for k, v in raw.items()
+                        if k.startswith("admitted:")
+                    },
                 )
             )
         return out

@@ -40,7 +40,7 @@ def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 # What a repeated submit must repeat for its idempotency key to name the same job.
-_SUBMITTED = ("goal", "scenario", "fanout", "user", "workspace", "check", "approve")
+_SUBMITTED = ("goal", "scenario", "fanout", "user", "workspace", "check", "approve", "priority")
 
 
 def _same_submit(spec: JobSpec, job: Job) -> None:
@@ -143,6 +143,7 @@ class JobStore:
             workspace_commit=spec.workspace_commit,
             check=spec.check,
             approve=spec.approve,
+            priority=spec.priority,
         )
         fields = {
             **job.model_dump(mode="json", exclude={"created_ms"}),

@@ -41,6 +41,8 @@ fleet, each under a hash tag of its own:
     rf:route:{<route>}:inflight  zset   admitted call id -> when its slot is given back (ms)
     rf:route:{<route>}:waiting   zset   waiting call id -> first asked (ms): the queue
     rf:route:{<route>}:asked     zset   waiting call id -> last asked (ms)
+    rf:route:{<route>}:vclock    hash   fair queueing's virtual clocks; when each waiter asked
+    rf:admission:tenants         hash   weight:<tenant>, cap:<tenant> (calls at once a route)
 
 Long-term memory (``memory``) keeps each tenant's items under one hash tag of
 their own, so the tenant is in every key and one script sees one tenant only:
@@ -89,6 +91,7 @@ EVENTS = f"{PREFIX}:events"
 METRICS = f"{PREFIX}:metrics"
 WORKERS = f"{PREFIX}:{{workers}}:index"  # one hash tag with each worker's hash
 ROUTES = f"{PREFIX}:routes"
+ADMISSION_TENANTS = f"{PREFIX}:admission:tenants"  # weight:<tenant>, cap:<tenant>
 
 
 def blob(tenant: str, sha256: str) -> str:
@@ -180,6 +183,10 @@ def route_waiting(route_id: str) -> str:
 
 def route_asked(route_id: str) -> str:
     return f"{route(route_id)}:asked"
+
+
+def route_vclock(route_id: str) -> str:
+    return f"{route(route_id)}:vclock"
 
 
 def memory_prefix(tenant: str) -> str:
@@ -289,7 +296,7 @@ _JOB = ("job", "job_events", "leases", "queued", "tasks")
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "beatWorker": ("worker", "WORKERS"),
     "blockTask": _TASK,
-    "admitCall": ("route", "route_inflight", "route_waiting", "route_asked"),
+    "admitCall": ("route", "route_inflight", "route_waiting", "route_asked", "route_vclock"),
     "cancelJob": _JOB,
     "claimTask": _TASK,
     "completeTask": (*_TASK, "parent"),
@@ -348,6 +355,7 @@ def script_keys(
         "route_inflight": lambda: route_inflight(route_id),
         "route_waiting": lambda: route_waiting(route_id),
         "route_asked": lambda: route_asked(route_id),
+        "route_vclock": lambda: route_vclock(route_id),
         "WORKERS": lambda: WORKERS,
         "EVENTS": lambda: EVENTS,
         "METRICS": lambda: METRICS,

@@ -71,6 +71,9 @@ class JobSpec(_Record):
     fanout: int = Field(default=3, ge=1, le=100)
     max_attempts: int = Field(default=3, ge=1, le=100)
     token_budget: int = Field(default=0, ge=0, description="tokens all calls may use; 0: none")
+    priority: int = Field(
+        default=0, ge=0, le=9, description="its model calls' place while a route is busy (9 first)"
+    )
     tenant: str = Field(default="default", description="whose memory the job reads and writes")
     user: str = Field(default="default", description="the user the job runs for")
     idempotency_key: str = Field(
@@ -146,6 +149,7 @@ class Job(_Record):
     workspace_commit: str = ""  # the git commit they were read at ("" not a repository)
     check: str = ""  # the workspace's own check command (`submit --check`)
     approve: str = ""  # tools whose calls wait for a person (`submit --approve`), sorted, ","
+    priority: int = 0  # its model calls' place while a route is busy (0-9, higher first)
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 

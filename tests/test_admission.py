@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 
 from shared_state import JobSpec, Scenario, State, keys
-from shared_state.admission import Grant, Outcome, Route, RouteLimits, Routes, route_id
+from shared_state.admission import (
+    Grant,
+    Outcome,
+    Route,
+    RouteLimits,
+    Routes,
+    TenantShare,
+    route_id,
+)
 from shared_state.client import connect
 from workers.context.messages import Message
 from workers.llm import OpenAIProvider, load_scenario
@@ -42,9 +50,12 @@ class Provider:
 
     def __init__(self, delay_s: float = 0.05) -> None:
         self.arrivals: list[float] = []
+        self.keys: list[str] = []  # the API key of each arrival: which tenant's caller it is
         self.answered: list[tuple[float, int]] = []  # (time, status)
         self.in_flight = 0
         self.most_at_once = 0
+        self.in_flight_by: dict[str, int] = {}
+        self.most_at_once_by: dict[str, int] = {}
         self.decide: Callable[[int], tuple[int, dict[str, str]]] = lambda n: (200, {})
         lock = threading.Lock()
         provider = self
@@ -52,11 +63,17 @@ class Provider:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
+                key = self.headers.get("authorization", "").removeprefix("Bearer ")
                 with lock:
                     n = len(provider.arrivals)
                     provider.arrivals.append(time.monotonic())
+                    provider.keys.append(key)
                     provider.in_flight += 1
                     provider.most_at_once = max(provider.most_at_once, provider.in_flight)
+                    at_once = provider.in_flight_by.get(key, 0) + 1
+                    provider.in_flight_by[key] = at_once
+                    most = max(provider.most_at_once_by.get(key, 0), at_once)
+                    provider.most_at_once_by[key] = most
                 time.sleep(delay_s)  # the model at work
                 status, headers = provider.decide(n)
                 body = {"error": {"message": "slow down"}} if status != 200 else {
@@ -66,6 +83,7 @@ class Provider:
                 data = json.dumps(body).encode()
                 with lock:
                     provider.in_flight -= 1
+                    provider.in_flight_by[key] -= 1
                     provider.answered.append((time.monotonic(), status))
                 self.send_response(status)
                 for name, value in headers.items():
@@ -93,12 +111,22 @@ def provider() -> Iterator[Provider]:
     p.close()
 
 
-def calls(redis_url: str, base_url: str, threads: int, each: int, results: Any) -> None:
-    """A worker process: ``threads`` task slots, each making ``each`` calls on the route."""
+def calls(
+    redis_url: str,
+    base_url: str,
+    threads: int,
+    each: int,
+    results: Any,
+    tenant: str = "default",
+    priority: int = 0,
+) -> None:
+    """A worker process: ``threads`` task slots, each making ``each`` calls on the route for
+    ``tenant``'s job of ``priority`` (its API key names the tenant, for the server)."""
     routes = Routes(connect(redis_url))
 
     def slot() -> None:
-        model = OpenAIProvider("m", base_url=base_url, api_key="sk-test", routes=routes)
+        model = OpenAIProvider("m", base_url=base_url, api_key=f"sk-{tenant}", routes=routes,
+                               tenant=tenant, priority=priority)  # fmt: skip
         for _ in range(each):
             try:
                 model.complete([Message(role="user", content=PROMPT)], [], max_tokens=100)
@@ -113,16 +141,29 @@ def calls(redis_url: str, base_url: str, threads: int, each: int, results: Any) 
         w.join()
 
 
-def run_processes(redis_url: str, base_url: str, n: int, threads: int, each: int) -> list[str]:
+def run_processes(
+    redis_url: str,
+    base_url: str,
+    n: int,
+    threads: int,
+    each: int,
+    *,
+    tenants: tuple[str, ...] = ("default",),
+    priority: int = 0,
+) -> list[str]:
+    """``n`` processes (the i-th for ``tenants[i % len]``) making their calls; the results."""
     spawn = multiprocessing.get_context("spawn")
     results = spawn.Queue()
     procs = [
-        spawn.Process(target=calls, args=(redis_url, base_url, threads, each, results))
-        for _ in range(n)
+        spawn.Process(
+            target=calls,
+            args=(redis_url, base_url, threads, each, results, tenants[i % len(tenants)], priority),
+        )
+        for i in range(n)
     ]
     for p in procs:
         p.start()
-    out = [results.get(timeout=120) for _ in range(n * threads * each)]
+    out = [results.get(timeout=180) for _ in range(n * threads * each)]
     for p in procs:
         p.join(30)
     return out
@@ -242,7 +283,7 @@ def test_limits_are_set_and_shown_at_the_cli_and_bad_input_is_named(
     route = "openai:gpt-4.1-mini@api.openai.com/v1"
     done = run("limits", "set", route, "--rpm", "500", "--tpm", "200000", url=redis_url)
     assert done.returncode == 0 and "500 rpm, 200,000 tpm" in done.stdout
-    shown = json.loads(run("limits", "show", "--json", url=redis_url).stdout)
+    shown = json.loads(run("limits", "show", "--json", url=redis_url).stdout)["routes"]
     assert [(r["route"], r["limits"]) for r in shown] == [
         (route, {"rpm": 500, "tpm": 200_000, "concurrency": 0})
     ]
@@ -312,10 +353,61 @@ def test_the_fallback_takes_over_from_a_dead_provider_and_every_call_records_it(
     from workers.context import price_of
 
     usage = state.usage(job.job_id).get()
-    mini = price_of("gpt-4.1-mini")
-    expected = (
-        (usage.input_tokens - usage.cached_tokens) * mini.input
-        + usage.cached_tokens * mini.cached_input
-        + usage.output_tokens * mini.output
-    ) / 1e6
-    assert abs(usage.cost_usd - expected) < 1e-6
+
+    def cost(model: str) -> float:
+        p = price_of(model)
+        fresh = usage.input_tokens - usage.cached_tokens
+        return (fresh * p.input + usage.cached_tokens * p.cached_input
+                + usage.output_tokens * p.output) / 1e6  # fmt: skip
+
+    assert abs(usage.cost_usd - cost("gpt-4.1-mini")) < 1e-6 * usage.calls  # each call rounded
+    assert cost("gpt-4.1") > 4 * usage.cost_usd
+
+
+def test_tenants_share_a_busy_route_by_weight_and_a_cap_holds_one_back(
+    state: State, redis_url: str, provider: Provider
+) -> None:
+    """Tenant b (weight 3) and tenant a (weight 1), each with more calls waiting than the
+    route lets through: while both wait, b gets three calls to a's one; and tenant c,
+    capped at one call at once, never has two in flight."""
+    route = route_id("openai", "m", provider.url)
+    state.routes.set_limits(route, RouteLimits(concurrency=2))
+    state.routes.set_tenant("b", TenantShare(weight=3))
+    state.routes.set_tenant("c", TenantShare(concurrency=1))
+    results = run_processes(redis_url, provider.url, n=3, threads=4, each=12,
+                            tenants=("a", "b", "c"))  # fmt: skip
+    assert results == ["ok"] * 144
+    assert provider.most_at_once <= 2 and provider.most_at_once_by["sk-c"] == 1
+    # While a and b both wait (until b has had most of its calls): b's share of theirs.
+    order = [k for k in provider.keys if k in ("sk-a", "sk-b")]
+    b_done = [n for n, k in enumerate(order) if k == "sk-b"][36]  # b's 37th call
+    window = order[8:b_done]  # after the first calls, which came before any wait
+    share = window.count("sk-b") / len(window)
+    assert 0.75 - 0.1 <= share <= 0.75 + 0.1, (share, len(window))
+    (shown,) = state.routes.show()
+    assert shown.by_tenant == {"a": 48, "b": 48, "c": 48}
+
+
+def test_a_high_priority_call_goes_before_those_already_waiting(state: State) -> None:
+    state.routes.set_limits("r", RouteLimits(concurrency=1))
+    route = Route(state.client, "r")
+    holding = route.acquire(10)
+    order: list[int] = []
+
+    def call(priority: int) -> None:
+        grant = route.acquire(10, priority=priority)
+        order.append(priority)
+        time.sleep(0.02)  # the call, at work
+        route.settle(grant, used=10)
+
+    waiting = [threading.Thread(target=call, args=(0,)) for _ in range(3)]
+    for n, t in enumerate(waiting, start=1):
+        t.start()
+        wait_for(lambda n=n: state.client.zcard(keys.route_waiting("r")) == n, 10, "a ticket")
+    urgent = threading.Thread(target=call, args=(9,))
+    urgent.start()
+    wait_for(lambda: state.client.zcard(keys.route_waiting("r")) == 4, 10, "its ticket")
+    route.settle(holding, used=10)
+    for t in [*waiting, urgent]:
+        t.join(30)
+    assert order == [9, 0, 0, 0]  # the last to ask, first to go

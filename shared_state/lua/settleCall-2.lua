@@ -9,7 +9,8 @@
   KEYS[1] the route's hash    rf:route:{<route>}
   KEYS[2] calls in flight     rf:route:{<route>}:inflight
 
-  ARGV[1] call id ('' for a call the route never admitted: an unlimited route)
+  ARGV[1] call id, "<tenant>|<id>" ('' for a call the route never admitted: an
+          unlimited route)
   ARGV[2] tokens it was admitted for    ARGV[3] tokens it used
   ARGV[4] outcome: 'ok', 'limited' (429, 529: the provider asks to slow down)
           or 'failed' (no answer: a connection error, a 5xx)
@@ -34,6 +35,7 @@ local now = nowMs()
 if id ~= '' and redis.call('ZREM', inflight, id) == 0 then
   return reply(1, {settled = 0, cool_until = tonumber(redis.call('HGET', route, 'cool_until') or 0)})
 end
+if id ~= '' then redis.call('HINCRBY', route, 'in:' .. (string.match(id, '^(.*)|') or ''), -1) end
 local c = redis.call('HMGET', route, 'rpm', 'tpm', 'tok', 'cool_until')
 local rpm, tpm = tonumber(c[1]) or 0, tonumber(c[2]) or 0
 local coolUntil = tonumber(c[4]) or 0

@@ -125,6 +125,8 @@ class HttpJson:
     client: httpx.Client | None = None
     route: Route | None = None
     max_wait_s: float = MAX_WAIT_S  # the longest a call waits for its route (a fallback's bound)
+    tenant: str = "default"  # whose job: its share of the route while calls wait
+    priority: int = 0  # the job's priority (0-9, higher first)
 
     def post(
         self,
@@ -187,7 +189,9 @@ class HttpJson:
         while True:
             try:
                 left = self.max_wait_s - (time.monotonic() - started)
-                grant = route.acquire(tokens, max_wait_s=left)
+                grant = route.acquire(
+                    tokens, tenant=self.tenant, priority=self.priority, max_wait_s=left
+                )
             except AdmissionTimedOut as exc:
                 raise ProviderUnavailable(
                     redact(f"{self.provider}: {exc}; last answer: {last or 'none'}", known=sent)
@@ -299,9 +303,12 @@ class HttpProvider:
         retry: RetryPolicy | None = None,
         http: HttpJson | None = None,
         routes: Routes | None = None,
+        tenant: str = "default",
+        priority: int = 0,
     ) -> None:
         """``routes``: the fleet's, so that every call is admitted by its route's shared
-        limits (``shared_state.admission``); None: this process's retries only."""
+        limits (``shared_state.admission``) — as ``tenant``'s, at ``priority``; None: this
+        process's retries only."""
         self.model = model
         base = (base_url or self.default_base_url).rstrip("/")
         self.url = base + self.path
@@ -309,4 +316,6 @@ class HttpProvider:
         self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
         self.route_id = route_id(self.name, model, base)
         route = routes.route(self.route_id) if routes is not None else None
-        self.http = http or HttpJson(self.name, retry or RetryPolicy(), route=route)
+        self.http = http or HttpJson(
+            self.name, retry or RetryPolicy(), route=route, tenant=tenant, priority=priority
+        )

@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shared_state import Job
 from shared_state.admission import Routes
 
 from .anthropic import AnthropicProvider
@@ -99,30 +100,45 @@ class ProviderChoice(BaseModel):
     def _summaries(self) -> str:
         return f", summaries by {self.summary_model}" if self.summary_model else ""
 
-    def open(self, script_key: str, *, routes: Routes | None = None, role: str = "") -> Provider:
+    def open(
+        self,
+        script_key: str,
+        *,
+        routes: Routes | None = None,
+        role: str = "",
+        job: Job | None = None,
+    ) -> Provider:
         """A provider for one task; ``script_key`` picks the scripted provider's script;
-        ``routes``: the fleet's, whose shared limits admit every call (``admission``), and
-        with them the fallbacks of ``role`` (and of every role), in order, after the model."""
+        ``routes``: the fleet's, whose shared limits admit every call (``admission``) as
+        ``job``'s tenant's and at its priority, and with them the fallbacks of ``role`` (and
+        of every role), in order, after the model."""
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedProvider(load_scenario(self.script), script_key)
-        primary = _http(self.provider, self.model, self.base_url, routes)
+        primary = _http(self.provider, self.model, self.base_url, routes, job)
         chain = [f for f in self.fallbacks if f.role in ("", role)]
         if routes is None or not chain:
             return primary
-        rest = [_http(f.provider, f.model, f.base_url, routes) for f in chain]
+        rest = [_http(f.provider, f.model, f.base_url, routes, job) for f in chain]
         return Failover([primary, *rest], after_s=self.fallback_after_s)
 
-    def open_summaries(self, *, routes: Routes | None = None) -> Provider | None:
+    def open_summaries(
+        self, *, routes: Routes | None = None, job: Job | None = None
+    ) -> Provider | None:
         """A provider of the summary model, for one task; None when there is none."""
         if not self.summary_model:
             return None
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedSummaryModel(self.summary_model)
-        return _http(self.provider, self.summary_model, self.base_url, routes)
+        return _http(self.provider, self.summary_model, self.base_url, routes, job)
 
 
 def _http(
-    provider: ProviderName, model: str, base_url: str | None, routes: Routes | None
+    provider: ProviderName,
+    model: str,
+    base_url: str | None,
+    routes: Routes | None,
+    job: Job | None,
 ) -> HttpProvider:
     kind = OpenAIProvider if provider is ProviderName.OPENAI else AnthropicProvider
-    return kind(model, base_url=base_url, routes=routes)
+    who = {"tenant": job.tenant, "priority": job.priority} if job is not None else {}
+    return kind(model, base_url=base_url, routes=routes, **who)

@@ -237,7 +237,10 @@ class AgentTask:
         self.context.reconcile()
         self.context.update(lambda s: s.with_phase(phase))
         provider = self.choice.open(
-            self.script_key, routes=self.run.state.routes, role=self.task.role.value
+            self.script_key,
+            routes=self.run.state.routes,
+            role=self.task.role.value,
+            job=self.run.job,
         )
         self.ledger = CallLedger(
             model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
@@ -328,7 +331,7 @@ class AgentTask:
 
     def _condenser(self) -> Callable[[str, int], str] | None:
         """The summary model's condensing call, recorded as a compaction; None without one."""
-        provider = self.choice.open_summaries(routes=self.run.state.routes)
+        provider = self.choice.open_summaries(routes=self.run.state.routes, job=self.run.job)
         if provider is None:
             return None
         summarizer = ModelSummarizer(provider, budget=self.run.state.budget(self.task.job_id))

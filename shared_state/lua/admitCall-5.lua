@@ -9,43 +9,74 @@
   that died gives its slot back). A route the provider told to slow down (a
   429 or an overload, settleCall) admits nothing until its cool-down ends.
 
-  Waiting is first come, first served: each caller takes a ticket when it
-  first asks; only the oldest ticket may go, and the others are told to come
-  back about when their turn will be (their place times the time one call's
-  worth takes to refill), never sooner than asked and never later than
-  MAX_WAIT_MS, so they do not spin and a waiter that stopped asking (a dead
-  process) loses its ticket after STALE_MS.
+  Waiting is fair between tenants and ordered by priority: each caller takes
+  a ticket when it first asks, in its priority's band (0-9, higher first),
+  stamped with its tenant's virtual time — the later of the route's and the
+  tenant's own last stamp, plus 1/weight — so that tenants of weights 1 and
+  3 go 1:3 however many calls each has waiting, and a burst of one tenant
+  cannot starve another's single call (weighted fair queueing). Only the
+  lowest ticket may go; the others are told to come back about when their
+  turn will be (their place times the time one call's worth takes to
+  refill), never sooner than asked and never later than MAX_WAIT_MS, so they
+  do not spin, and a waiter that stopped asking (a dead process) loses its
+  ticket after STALE_MS. The virtual clocks start again whenever no call
+  waits. A tenant at its cap of calls at once is told to wait and gives its
+  ticket up, so that it blocks no other tenant.
 
   KEYS[1] the route's hash       rf:route:{<route>}   limits, buckets, cool-down, counters
   KEYS[2] calls in flight        rf:route:{<route>}:inflight   call id -> lease end (ms)
   KEYS[3] tickets                rf:route:{<route>}:waiting    call id -> first asked (ms)
   KEYS[4] last asked             rf:route:{<route>}:asked      call id -> last asked (ms)
+  KEYS[5] virtual clocks         rf:route:{<route>}:vclock     'now', each tenant's, and
+                                 when each waiting call first asked
 
-  ARGV[1] call id (chosen by the caller: a re-sent ask is not counted twice)
+  ARGV[1] call id: "<tenant>|<id>" (chosen by the caller: a re-sent ask is not counted
+          twice; its tenant's calls in flight are counted by it)
   ARGV[2] the call's tokens, estimated (input and the output it may write)
   ARGV[3] ms an admitted call may hold its slot before it is given back
+  ARGV[4] the tenant's weight (>= 1)    ARGV[5] the job's priority (0-9)
+  ARGV[6] the tenant's cap of calls at once on the route (0: none)
 
   Returns {code, data, events} (no events)
      1  admitted; data = waited_ms (since its first ask)
      2  not yet; data = wait_ms, why ('cooling', 'queued', 'concurrency',
-        'requests' or 'tokens'), place (0 first)
+        'tenant cap', 'requests' or 'tokens'), place (0 first)
 ]]
 --- @include "common"
 
 local BURST_S, MAX_WAIT_MS, STALE_MS = 10, 2000, 10000
-local route, inflight, waiting, asked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local route, inflight, waiting, asked, vclock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, want, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local weight, priority, cap = math.max(1, tonumber(ARGV[4])), tonumber(ARGV[5]), tonumber(ARGV[6])
+local tenant = string.match(id, '^(.*)|') or ''
 local now = nowMs()
 
 if redis.call('ZSCORE', inflight, id) then
   return reply(1, {waited_ms = 0})  -- admitted already: a re-sent ask
 end
-redis.call('ZREMRANGEBYSCORE', inflight, '-inf', now)
+-- Calls whose lease ended (their process died) give their slot back, and their tenant's.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now)) do
+  redis.call('ZREM', inflight, gone)
+  redis.call('HINCRBY', route, 'in:' .. (string.match(gone, '^(.*)|') or ''), -1)
+end
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', asked, '-inf', now - STALE_MS)) do
   redis.call('ZREM', waiting, gone)
   redis.call('ZREM', asked, gone)
+  redis.call('HDEL', vclock, 'since:' .. gone)
 end
-redis.call('ZADD', waiting, 'NX', now, id)
+if cap > 0 and tonumber(redis.call('HGET', route, 'in:' .. tenant) or 0) >= cap then
+  redis.call('ZREM', waiting, id)
+  redis.call('ZREM', asked, id)
+  return reply(2, {wait_ms = 100, why = 'tenant cap', place = 0})
+end
+if not redis.call('ZSCORE', waiting, id) then
+  if redis.call('ZCARD', waiting) == 0 then redis.call('DEL', vclock) end
+  local v = redis.call('HMGET', vclock, 'now', 'v:' .. tenant)
+  local stamp = math.max(tonumber(v[1]) or 0, tonumber(v[2]) or 0) + 1 / weight
+  redis.call('HSET', vclock, 'v:' .. tenant, stamp)
+  redis.call('ZADD', waiting, (9 - priority) * 1e9 + stamp, id)
+  redis.call('HSET', vclock, 'since:' .. id, now)
+end
 redis.call('ZADD', asked, now, id)
 
 local c = redis.call('HMGET', route, 'rpm', 'tpm', 'concurrency', 'cool_until', 'req', 'req_at',
@@ -91,10 +122,16 @@ end
 if req then redis.call('HSET', route, 'req', req - 1, 'req_at', now) end
 if tok then redis.call('HSET', route, 'tok', tok - want, 'tok_at', now) end
 redis.call('ZADD', inflight, now + lease, id)
-local first = redis.call('ZSCORE', waiting, id)
+redis.call('HINCRBY', route, 'in:' .. tenant, 1)
+local stamp = tonumber(redis.call('ZSCORE', waiting, id)) % 1e9
+local vnow = tonumber(redis.call('HGET', vclock, 'now') or 0)
+if stamp > vnow then redis.call('HSET', vclock, 'now', stamp) end
 redis.call('ZREM', waiting, id)
 redis.call('ZREM', asked, id)
+local first = redis.call('HGET', vclock, 'since:' .. id) or now
+redis.call('HDEL', vclock, 'since:' .. id)
 redis.call('HINCRBY', route, 'admitted', 1)
+redis.call('HINCRBY', route, 'admitted:' .. tenant, 1)
 local waited = now - tonumber(first)
 if waited > 0 then
   redis.call('HINCRBY', route, 'waited_ms', waited)
