@@ -207,6 +207,7 @@ class Client:
         check: str = "",
         approve: tuple[str, ...] = (),
         priority: int = 0,
+        budget_usd: float = 0.0,
     ) -> str:
         """Queue a job for any fleet on this Redis; its id.
 
@@ -218,7 +219,8 @@ class Client:
         ``import_workspace`` returned; ``check``: the workspace's own check
         command, run by the reviewer over the job's files; ``approve``: tools
         (``APPROVABLE``) whose every call waits for ``approve`` before it is made;
-        ``priority``: 0-9, its model calls' place (higher first) while a route is busy.
+        ``priority``: 0-9, its model calls' place (higher first) while a route is busy;
+        ``budget_usd``: what all its calls may cost, at their routes' prices (0: no limit).
         """
         unknown = sorted(set(approve) - APPROVABLE)
         if unknown:
@@ -248,6 +250,7 @@ class Client:
             check=check,
             approve=",".join(approve),
             priority=priority,
+            budget_usd=budget_usd,
         )
         return self.state.jobs.submit(spec).job_id
 
@@ -257,9 +260,20 @@ class Client:
         self.state.jobs.cancel(job_id, reason)
         handoff.job_ended(self.state, job_id)
 
-    def retry(self, job_id: str) -> list[str]:
+    def retry(
+        self, job_id: str, *, token_budget: int | None = None, budget_usd: float | None = None
+    ) -> list[str]:
         """Run a failed job again from where it stopped, with the same id: its dead tasks
-        (and those its end cancelled) get fresh attempts; the ids requeued."""
+        (and those its end cancelled) get fresh attempts; the ids requeued.
+
+        ``token_budget`` / ``budget_usd``: the job's budgets from now on (0: none), set
+        before it runs — a job its budget stopped goes on with a raised one.
+        """
+        if token_budget is not None or budget_usd is not None:
+            job = self.state.jobs.get(job_id)  # JobNotFound before anything is set
+            if not job.status.finished:
+                raise CoordinatorError(f"{job_id}: it is {job.status.value}; retry a failed job")
+            self.state.budget(job_id).raise_to(tokens=token_budget, usd=budget_usd)
         return self.state.jobs.retry(job_id)
 
     def resume(

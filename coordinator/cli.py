@@ -441,6 +441,15 @@ def submit(
         int,
         typer.Option(min=0, help="Tokens all model calls of the job may use (0: no limit)."),
     ] = 0,
+    budget_usd: Annotated[
+        float,
+        typer.Option(
+            "--budget-usd",
+            min=0,
+            help="USD all model calls of the job may cost, at their routes' prices (0: no "
+            "limit); a call that would overrun it is not made, and the job fails saying so.",
+        ),
+    ] = 0.0,
     priority: Annotated[
         int,
         typer.Option(
@@ -592,6 +601,7 @@ def submit(
             check=check,
             approve=tuple(n.strip() for n in (approve or "").split(",") if n.strip()),
             priority=priority,
+            budget_usd=budget_usd,
         )
         if not wait:
             if as_json:
@@ -916,6 +926,16 @@ def retry(
         typer.Option("--wait", help="Show its progress until it ends, as `submit --wait` does."),
     ] = False,
     timeout_s: WaitTimeoutOpt = None,
+    token_budget: Annotated[
+        int | None,
+        typer.Option(
+            "--token-budget", min=0, help="The job's token budget from now on (0: no limit)."
+        ),
+    ] = None,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option("--budget-usd", min=0, help="Its money budget from now on (0: no limit)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a failed job again from where it stopped, with the same job id.
@@ -923,7 +943,8 @@ def retry(
     Its dead tasks (and those cancelled when it failed) get fresh attempts;
     tasks that succeeded are not run again, and a planner waiting on its
     coders goes on once they complete. Fix the cause first (a provider that
-    was unreachable, a budget too small): a retry runs the same tasks.
+    was unreachable): a retry runs the same tasks. A job its budget stopped
+    goes on with a raised one: --token-budget N, --budget-usd X.
     """
     _check_job_id(job_id)
     if timeout_s is not None and not wait:
@@ -931,7 +952,7 @@ def retry(
     settings = Settings()
     with open_state(settings) as state:
         client = Client(state, settings=settings)
-        requeued = client.retry(job_id)
+        requeued = client.retry(job_id, token_budget=token_budget, budget_usd=budget_usd)
         if as_json and not wait:
             views.print_json({"job_id": job_id, "requeued": requeued})
             return

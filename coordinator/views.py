@@ -121,6 +121,11 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
         }
     if job.approve:
         doc["approve"] = job.approve.split(",")
+    if job.priority:
+        doc["priority"] = job.priority
+    if job.budget_usd:
+        spent, limit = state.budget(job.job_id).spent_usd()
+        doc["budget_usd"] = {"limit": limit, "spent": round(spent, 6)}
     items = item_counts(state, job.job_id)
     if items:
         doc["items"] = items
@@ -362,6 +367,9 @@ def print_job_head(doc: dict[str, Any]) -> None:
         )
     if doc.get("approve"):
         console.print(f"asks before: {', '.join(doc['approve'])}", highlight=False)
+    if doc.get("budget_usd"):
+        b = doc["budget_usd"]
+        console.print(f"budget: ${b['spent']:.4f} spent of ${b['limit']:.2f}", highlight=False)
     for task in doc.get("tasks", []):
         if task["status"] == "blocked" and task["question"]:
             console.print(

@@ -185,16 +185,24 @@ class NotBlocked(StateError):
 
 
 class BudgetExceeded(StateError):
-    """Reserving these tokens would overrun the job's budget; the call must not be made."""
+    """Reserving this call would overrun the job's token or money budget; it must not be
+    made. ``redfleet retry --token-budget/--budget-usd`` lets the job go on."""
 
-    def __init__(self, job_id: str, wanted: int, remaining: int) -> None:
+    def __init__(self, job_id: str, wanted: int, remaining: int, which: str = "tokens") -> None:
+        if which == "usd":
+            what = f"its money budget (${remaining / 1e6:.4f} left)"
+            raise_it = "--budget-usd"
+        else:
+            what = f"its token budget ({remaining} left)"
+            raise_it = "--token-budget"
         super().__init__(
-            f"job {job_id}: a call needing {wanted} tokens would overrun the job's token "
-            f"budget ({remaining} left)"
+            f"job {job_id}: a call needing {wanted} tokens would overrun {what}; "
+            f"`redfleet retry {job_id} {raise_it} N` continues it"
         )
         self.job_id = job_id
         self.wanted = wanted
         self.remaining = remaining
+        self.which = which
 
 
 class AdmissionTimedOut(StateError):

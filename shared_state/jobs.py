@@ -144,6 +144,7 @@ class JobStore:
             check=spec.check,
             approve=spec.approve,
             priority=spec.priority,
+            budget_usd=spec.budget_usd,
         )
         fields = {
             **job.model_dump(mode="json", exclude={"created_ms"}),

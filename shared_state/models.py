@@ -74,6 +74,9 @@ class JobSpec(_Record):
     priority: int = Field(
         default=0, ge=0, le=9, description="its model calls' place while a route is busy (9 first)"
     )
+    budget_usd: float = Field(
+        default=0.0, ge=0, description="USD all calls may cost, at their routes' prices; 0: none"
+    )
     tenant: str = Field(default="default", description="whose memory the job reads and writes")
     user: str = Field(default="default", description="the user the job runs for")
     idempotency_key: str = Field(
@@ -150,6 +153,7 @@ class Job(_Record):
     check: str = ""  # the workspace's own check command (`submit --check`)
     approve: str = ""  # tools whose calls wait for a person (`submit --approve`), sorted, ","
     priority: int = 0  # its model calls' place while a route is busy (0-9, higher first)
+    budget_usd: float = 0.0  # USD its calls may cost, as submitted (0: none)
     # Not stored: set on the Job a submit returns when its idempotency key named this job.
     existed: bool = Field(default=False, exclude=True)
 

@@ -127,7 +127,7 @@ ERRORS: dict[str, dict[Code, Error]] = {
     "renewLease": _OWNER,
     "reserveTokens": {
         Code.OVER_BUDGET: lambda res, a: BudgetExceeded(
-            a.job_id, a.tokens, int(res.data["remaining"])
+            a.job_id, a.tokens, int(res.data["remaining"]), str(res.data.get("which", "tokens"))
         ),
     },
     "resumeJob": {

@@ -411,3 +411,34 @@ def test_a_high_priority_call_goes_before_those_already_waiting(state: State) ->
     for t in [*waiting, urgent]:
         t.join(30)
     assert order == [9, 0, 0, 0]  # the last to ask, first to go
+
+
+def test_a_job_its_money_budget_stopped_goes_on_after_retry_with_a_raised_one(
+    state: State, redis_url: str, start_fleet
+) -> None:
+    with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
+        env = (
+            ("REDFLEET_PROVIDER", "openai"),
+            ("REDFLEET_MODEL", "gpt-4.1-mini"),
+            ("REDFLEET_BASE_URL", api.url),
+            ("OPENAI_API_KEY", "sk-loopback"),
+        )
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
+        # A call reserves its most cost (every output token at gpt-4.1-mini's prices): about
+        # $0.002 here, so the job stops within its first few calls.
+        job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, budget_usd=0.005))
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the stop")
+        stopped = state.jobs.get(job.job_id)
+        assert stopped.status == "failed" and "money budget" in stopped.reason
+        assert f"redfleet retry {job.job_id} --budget-usd" in stopped.reason
+        spent, limit = state.budget(job.job_id).spent_usd()
+        assert 0 < spent <= limit == 0.005  # never overspent
+
+        done = run("retry", job.job_id, "--budget-usd", "5", "--json", url=redis_url)
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the job")
+    finished = state.jobs.get(job.job_id)
+    assert finished.status == "succeeded" and finished.budget_usd == 5
+    spent, limit = state.budget(job.job_id).spent_usd()
+    assert spent > 0.005 and limit == 5
+    assert abs(spent - state.usage(job.job_id).get().cost_usd) < 1e-5  # what usage says it cost

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from shared_state import Reservation, TokenBudget
 
-from .context import CallLedger, ContextEngine, ContextRequest, Message, Prompt
+from .context import CallLedger, ContextEngine, ContextRequest, Message, Prompt, price_of
 from .llm import ModelResponse, Provider
 from .run_context import RunContext
 from .tools import ToolBox, ToolResult
@@ -119,10 +119,13 @@ class AgentLoop:
         return prompt
 
     def reserve(self, prompt: Prompt) -> Reservation | None:
-        """Hold the call's tokens in the job's budget (``BudgetExceeded``: it is never sent)."""
+        """Hold the call's tokens, and their most cost (nothing cached, every output token)
+        at the model's prices, in the job's budgets (``BudgetExceeded``: it is never sent)."""
         if self.budget is None:
             return None
-        return self.budget.reserve(prompt.total_tokens + self.limits.max_output_tokens)
+        out = self.limits.max_output_tokens
+        most = price_of(self.provider.model).cost(prompt.total_tokens, 0, out)
+        return self.budget.reserve(prompt.total_tokens + out, most)
 
     def call(self, prompt: Prompt) -> tuple[ModelResponse, float]:
         """The model's response, and how long it took (ms)."""
@@ -133,11 +136,17 @@ class AgentLoop:
         return response, (time.perf_counter() - started) * 1000
 
     def settle(self, held: Reservation | None, response: ModelResponse | None) -> None:
-        """Give back what the call did not use (all of it, when it failed)."""
+        """Give back what the call did not use (all of it, when it failed), charging its
+        cost at the prices of the model that answered."""
         if self.budget is None or held is None:
             return
-        used = response.usage.input_tokens + response.usage.output_tokens if response else 0
-        self.budget.settle(held, used)
+        if response is None:
+            self.budget.settle(held, 0)
+            return
+        u = response.usage
+        price = price_of(response.served_by or self.provider.model)
+        cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
+        self.budget.settle(held, u.input_tokens + u.output_tokens, cost)
 
     def record(self, step: int, prompt: Prompt, response: ModelResponse, latency_ms: float) -> None:
         self.ledger.record_prompt(

@@ -12,20 +12,26 @@
   caller never settled it (the worker died mid-call) is dropped once it
   expires, by the next reservation of the job, so the budget cannot leak.
 
-  KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, r:<id>; limit 0 = none)
+  The same for money, where the job has a budget in USD: each call reserves
+  its cost at its route's prices (micro-dollars: limit_usd, used_usd,
+  reserved_usd), and is refused when either budget would be overrun.
+
+  KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, limit_usd, used_usd,
+                                              reserved_usd, r:<id>; a limit 0 = none)
 
   ARGV[1] reservation id
   ARGV[2] tokens to reserve
   ARGV[3] ms after which an unsettled reservation is dropped
+  ARGV[4] micro-dollars to reserve (its cost at the route's prices; 0: none)
 
   Returns {code, data, events}
      1  reserved (or already reserved under this id); data = limit, used, reserved
-    -5  over budget; data = limit, used, reserved, remaining
+    -5  over budget; data = limit, used, reserved, remaining, which ('tokens' or 'usd')
 ]]
 --- @include "common"
 
 local key, field = KEYS[1], 'r:' .. ARGV[1]
-local want, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local want, ttl, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4] or 0)
 
 local function current()
   local b = redis.call('HMGET', key, 'limit', 'used', 'reserved')
@@ -42,9 +48,12 @@ local now = nowMs()
 local all = redis.call('HGETALL', key)
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'r:' then
-    local tokens, expires = string.match(all[i + 1], '^(%d+) (%d+)$')
+    local tokens, expires, held = string.match(all[i + 1], '^(%d+) (%d+) ?(%d*)$')
     if tonumber(expires) <= now then
       redis.call('HINCRBY', key, 'reserved', -tonumber(tokens))
+      if held ~= '' and tonumber(held) > 0 then
+        redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(held))
+      end
       redis.call('HDEL', key, all[i])
     end
   end
@@ -53,8 +62,15 @@ end
 local limit, used, reserved = current()
 if limit > 0 and used + reserved + want > limit then
   return reply(-5, {limit = limit, used = used, reserved = reserved,
-    remaining = limit - used - reserved})
+    remaining = limit - used - reserved, which = 'tokens'})
+end
+local m = redis.call('HMGET', key, 'limit_usd', 'used_usd', 'reserved_usd')
+local limitUsd, usedUsd, reservedUsd = tonumber(m[1] or 0), tonumber(m[2] or 0), tonumber(m[3] or 0)
+if limitUsd > 0 and usedUsd + reservedUsd + cost > limitUsd then
+  return reply(-5, {limit = limitUsd, used = usedUsd, reserved = reservedUsd,
+    remaining = limitUsd - usedUsd - reservedUsd, which = 'usd'})
 end
 reserved = redis.call('HINCRBY', key, 'reserved', want)
-redis.call('HSET', key, field, want .. ' ' .. (now + ttl))
+redis.call('HINCRBY', key, 'reserved_usd', cost)
+redis.call('HSET', key, field, want .. ' ' .. (now + ttl) .. ' ' .. cost)
 return reply(1, {limit = limit, used = used, reserved = reserved})

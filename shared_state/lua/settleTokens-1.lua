@@ -9,6 +9,7 @@
 
   ARGV[1] reservation id (as given to reserveTokens)
   ARGV[2] tokens the call used (input + output)
+  ARGV[3] what it cost, in micro-dollars, at the prices of the route that answered
 
   Returns {code, data, events}
      1  data = limit, used, reserved, settled (1 when this call settled it, else 0)
@@ -19,9 +20,14 @@ local key, field = KEYS[1], 'r:' .. ARGV[1]
 local held = redis.call('HGET', key, field)
 local settled = false
 if held then
-  local tokens = tonumber(string.match(held, '^(%d+)'))
-  redis.call('HINCRBY', key, 'reserved', -tokens)
+  local tokens, _, cost = string.match(held, '^(%d+) (%d+) ?(%d*)$')
+  redis.call('HINCRBY', key, 'reserved', -tonumber(tokens))
   redis.call('HINCRBY', key, 'used', tonumber(ARGV[2]))
+  -- (Lua writes minus zero as "-0", which HINCRBY refuses: nothing to give back then.)
+  if cost ~= '' and tonumber(cost) > 0 then
+    redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(cost))
+  end
+  redis.call('HINCRBY', key, 'used_usd', tonumber(ARGV[3] or 0))
   redis.call('HDEL', key, field)
   settled = true
 end

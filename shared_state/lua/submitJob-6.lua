@@ -52,7 +52,10 @@ redis.call('HSET', taskKey, 'task_id', root, 'job_id', redis.call('HGET', jobKey
   'role', 'planner', 'parent_id', '', 'brief', brief, 'status', 'queued', 'attempt', 1,
   'token', 0, 'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '', 'created_ms', now,
   'queued_ms', now)
-redis.call('HSET', budgetKey, 'limit', tonumber(ARGV[2]), 'used', 0, 'reserved', 0)
+-- The money budget in micro-dollars, from the job's own field (budget_usd, USD).
+local usd = math.floor(tonumber(redis.call('HGET', jobKey, 'budget_usd') or 0) * 1e6 + 0.5)
+redis.call('HSET', budgetKey, 'limit', tonumber(ARGV[2]), 'used', 0, 'reserved', 0,
+  'limit_usd', usd, 'used_usd', 0, 'reserved_usd', 0)
 redis.call('SADD', tasksKey, root)
 redis.call('ZADD', queuedKey, now, root)
 emit(stream, job.maxlen, {'event', 'job.submitted', 'goal', brief,

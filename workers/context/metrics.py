@@ -28,6 +28,13 @@ class Price(BaseModel):
     cached_input: float
     output: float
 
+    def cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
+        """USD for a call's tokens (``input_tokens`` includes the cached ones)."""
+        fresh = input_tokens - cached_tokens
+        return (
+            fresh * self.input + cached_tokens * self.cached_input + output_tokens * self.output
+        ) / 1e6
+
 
 # Reference prices (USD per 1M tokens); a model not listed uses "default".
 PRICES: dict[str, Price] = {
@@ -61,11 +68,7 @@ class CallRecord:
     route: str = ""  # the route it took (``admission.route_id``), when it went over one
 
     def cost_usd(self, price: Price) -> float:
-        fresh = self.input_tokens - self.cached_tokens
-        return (
-            fresh * price.input + self.cached_tokens * price.cached_input
-            + self.output_tokens * price.output
-        ) / 1e6  # fmt: skip
+        return price.cost(self.input_tokens, self.cached_tokens, self.output_tokens)
 
 
 def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str]:

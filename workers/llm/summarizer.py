@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from shared_state import TokenBudget
 
 from ..context.messages import Message
+from ..context.metrics import price_of
 from ..context.summarizers import Summarized
 from ..context.tokens import tokenizer_for
 from .base import Provider
@@ -42,15 +43,19 @@ class ModelSummarizer:
             Message(role="user", content=text),
         ]
         held = None
+        price = price_of(self.provider.model)
         if self.budget is not None:
-            held = self.budget.reserve(self.tok.count_messages(messages) + max_tokens)
-        used = 0
+            sent = self.tok.count_messages(messages)
+            held = self.budget.reserve(sent + max_tokens, price.cost(sent, 0, max_tokens))
+        used, cost = 0, 0.0
         try:
             reply = self.provider.complete(messages, [], max_tokens=max_tokens)
-            used = reply.usage.input_tokens + reply.usage.output_tokens
+            u = reply.usage
+            used = u.input_tokens + u.output_tokens
+            cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
         finally:
             if self.budget is not None and held is not None:
-                self.budget.settle(held, used)
+                self.budget.settle(held, used, cost)
         return Summarized(
             reply.text, reply.usage.input_tokens, reply.usage.output_tokens, self.provider.model
         )
