@@ -19,6 +19,10 @@ workers by role and state, tasks of unfinished jobs by role and status.
     redfleet_step_latency_seconds              histogram of model call latency
     redfleet_tasks{role,status}, redfleet_claims_live{role}, redfleet_queue_depth{queue},
     redfleet_workers{role,state}, redfleet_jobs_active
+    redfleet_tenant_cost_usd_total{tenant}     spend, by the tenant a call's job runs for
+    redfleet_route_calls_total, _429s_total, _failures_total{route}
+    redfleet_admission_waits_total, redfleet_admission_wait_seconds_total{route}
+    redfleet_route_cooling_seconds, _in_flight, _waiting{route}   each route now
 """
 
 from __future__ import annotations
@@ -58,6 +62,48 @@ class FleetCollector(Collector):
         raw = {k.decode(): v.decode() for k, v in self.state.client.hgetall(keys.METRICS).items()}
         yield from self._counters(raw)
         yield from self._gauges()
+        yield from self._routes()
+
+    def _routes(self) -> Iterator[Metric]:
+        """Each model route's admission: calls, 429s, failures, waits, and now."""
+        shown = self.state.routes.show()
+        families = {
+            "calls": CounterMetricFamily(
+                "redfleet_route_calls", "Model calls admitted, by route.", labels=["route"]
+            ),
+            "limited": CounterMetricFamily(
+                "redfleet_route_429s", "429 and 529 answers, by route.", labels=["route"]
+            ),
+            "failed": CounterMetricFamily(
+                "redfleet_route_failures", "Calls a route did not answer.", labels=["route"]
+            ),
+            "waits": CounterMetricFamily(
+                "redfleet_admission_waits", "Calls that waited for admission.", labels=["route"]
+            ),
+            "waited": CounterMetricFamily(
+                "redfleet_admission_wait_seconds",
+                "Time calls waited for admission, summed.",
+                labels=["route"],
+            ),
+            "cooling": GaugeMetricFamily(
+                "redfleet_route_cooling_seconds", "How long a route still cools.", labels=["route"]
+            ),
+            "in_flight": GaugeMetricFamily(
+                "redfleet_route_in_flight", "Admitted calls not yet settled.", labels=["route"]
+            ),
+            "waiting": GaugeMetricFamily(
+                "redfleet_route_waiting", "Calls waiting for admission.", labels=["route"]
+            ),
+        }
+        for r in shown:
+            values = {
+                "calls": r.admitted or r.ok, "limited": r.limited, "failed": r.failed,
+                "waits": r.waits, "waited": r.waited_ms / 1000, "cooling": r.cooling_ms / 1000,
+                "in_flight": r.in_flight, "waiting": r.waiting,
+            }  # fmt: skip
+            for name, family in families.items():
+                family.add_metric([r.route], values[name])
+        yield from families.values()
 
     def _counters(self, raw: dict[str, str]) -> Iterator[Metric]:
         events: Counter[tuple[str, str]] = Counter()
@@ -105,6 +151,14 @@ class FleetCollector(Collector):
             "Estimated cost of model calls.",
             int(raw.get("cost_micro_usd", 0)) / 1e6,
         )
+        spend = CounterMetricFamily(
+            "redfleet_tenant_cost_usd", "Estimated cost of model calls, by tenant.",
+            labels=["tenant"],
+        )  # fmt: skip
+        for field, value in sorted(raw.items()):
+            if field.startswith("cost_micro_usd|"):
+                spend.add_metric([field.removeprefix("cost_micro_usd|")], int(value) / 1e6)
+        yield spend
         input_tokens = int(raw.get("tokens|input", 0))
         ratio = int(raw.get("tokens|cached", 0)) / input_tokens if input_tokens else 0.0
         yield GaugeMetricFamily(

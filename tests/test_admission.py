@@ -442,3 +442,21 @@ def test_a_job_its_money_budget_stopped_goes_on_after_retry_with_a_raised_one(
     spent, limit = state.budget(job.job_id).spent_usd()
     assert spent > 0.005 and limit == 5
     assert abs(spent - state.usage(job.job_id).get().cost_usd) < 1e-5  # what usage says it cost
+
+
+def test_each_routes_admission_is_in_the_metrics(state: State) -> None:
+    from coordinator.metrics import FleetCollector
+
+    state.routes.set_limits("r", RouteLimits(concurrency=1))
+    route = Route(state.client, "r")
+    first = route.acquire(10)
+    route.settle(first, used=10, outcome=Outcome.LIMITED, retry_after_ms=30_000)
+    samples = {
+        (s.name, s.labels.get("route")): s.value
+        for family in FleetCollector(state).collect()
+        for s in family.samples
+    }
+    assert samples[("redfleet_route_calls_total", "r")] == 1
+    assert samples[("redfleet_route_429s_total", "r")] == 1
+    assert 29 <= samples[("redfleet_route_cooling_seconds", "r")] <= 30
+    assert samples[("redfleet_route_in_flight", "r")] == 0

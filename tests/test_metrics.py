@@ -51,9 +51,13 @@ def test_scraped_metrics_match_the_finished_jobs_status(
 
     def settled() -> dict | None:
         m = _scrape(port)  # the mirror lags by up to a heartbeat: poll until it caught up
+        succeeded = m.get("redfleet_tasks_finished_total", {})
         done = (
             m["redfleet_claims_total"][()] == claims
             and m["redfleet_model_calls_total"][()] == usage["calls"]
+            # The root's end comes after its last call: it may be mirrored a batch later.
+            and sum(v for k, v in succeeded.items() if ("status", "succeeded") in k)
+            == len(status["tasks"])
         )
         return m if done else None
 
@@ -63,6 +67,8 @@ def test_scraped_metrics_match_the_finished_jobs_status(
     assert tokens[(("kind", "cached"),)] == usage["cached_tokens"]
     assert tokens[(("kind", "output"),)] == usage["output_tokens"]
     assert abs(m["redfleet_cost_usd_total"][()] - usage["cost_usd"]) < 1e-6
+    spend = m["redfleet_tenant_cost_usd_total"]
+    assert abs(spend[(("tenant", "default"),)] - usage["cost_usd"]) < 1e-6
     assert m["redfleet_context_high_water_tokens"][()] == usage["high_water"]
     assert m["redfleet_cache_hit_ratio"][()] == usage["cached_tokens"] / usage["input_tokens"]
     assert m["redfleet_step_latency_seconds_count"][()] == usage["calls"]

@@ -16,7 +16,8 @@
   Counted in KEYS[2] (what `/metrics` serves; see coordinator/metrics.py):
     event|<name>|<role>        every event, by name and role ('' if none)
     reaps, redeliveries        attempts ended by an expired lease, lost deliveries
-    tokens|input|cached|output model.called tokens; cost_micro_usd
+    tokens|input|cached|output model.called tokens; cost_micro_usd, and
+    cost_micro_usd|<tenant>    by the tenant the call's job runs for
     latency|le|<ms>, latency|count, latency|sum   the step latency histogram (cumulative;
                                steps only, not summarizing calls)
     high_water                 the largest input of any call (tokens)
@@ -47,7 +48,9 @@ while at <= #ARGV do
     redis.call('HINCRBY', metrics, 'tokens|input', input)
     redis.call('HINCRBY', metrics, 'tokens|cached', tonumber(f['cached_tokens'] or '0') or 0)
     redis.call('HINCRBY', metrics, 'tokens|output', tonumber(f['output_tokens'] or '0') or 0)
-    redis.call('HINCRBY', metrics, 'cost_micro_usd', tonumber(f['cost_micro_usd'] or '0') or 0)
+    local cost = tonumber(f['cost_micro_usd'] or '0') or 0
+    redis.call('HINCRBY', metrics, 'cost_micro_usd', cost)
+    if f['tenant'] then redis.call('HINCRBY', metrics, 'cost_micro_usd|' .. f['tenant'], cost) end
     if input > tonumber(redis.call('HGET', metrics, 'high_water') or '0') then
       redis.call('HSET', metrics, 'high_water', input)
     end

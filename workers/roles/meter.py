@@ -14,11 +14,14 @@ class Meter:
     model (a summary model) names that one, as the ledger says.
     """
 
-    def __init__(self, state: State, task: Task, worker: str, provider: Provider) -> None:
+    def __init__(
+        self, state: State, task: Task, worker: str, provider: Provider, tenant: str = "default"
+    ) -> None:
         self.state = state
         self.task = task
         self.worker = worker
         self.provider = provider
+        self.tenant = tenant  # whose job: the fleet's spend is counted by it (``/metrics``)
         self.calls = 0
 
     def record(
@@ -45,6 +48,7 @@ class Meter:
                 "step": self.calls,
                 "provider": self.provider.name,
                 "model": self.provider.model,
+                "tenant": self.tenant,
                 **(event or {}),  # the step's metrics, from the ledger (and another model's name)
                 "kind": "compaction" if compaction else "step",
             },

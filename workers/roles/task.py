@@ -243,7 +243,8 @@ class AgentTask:
             job=self.run.job,
         )
         self.ledger = CallLedger(
-            model=provider.model, job=Meter(self.run.state, self.task, self.worker, provider)
+            model=provider.model,
+            job=Meter(self.run.state, self.task, self.worker, provider, self.run.job.tenant),
         )
         toolbox = ToolBox(self.toolset(tools))
         loop = AgentLoop(
