@@ -22,8 +22,12 @@ and comes back for ``--tail-s``. Reported per fleet: 429s per 1,000 calls
 after the warm-up, attempts burned (by a 429, and in all), tasks failed
 (and those failed during the outage), the tokens per minute the provider
 served as a share of its limit (the counted window), p95 of a call's time
-beyond the model's delay (waiting for admission, or retrying), and the two
-tenants' shares of the calls served while both had work waiting.
+beyond the model's delay (waiting for admission, or retrying: p50, p95, and
+the mean Little's law gives when every slot has work — slots / calls per
+second — less the delay), and the two tenants' shares of the calls served
+while both had work waiting. (Demand is many times what the provider
+allows, so a call waits in either fleet; today's waits are counted only for
+the calls that got through.)
 
 Goals (issue 21): ≤ 1 429 per 1,000 calls after the first minute, 0
 attempts burned by 429s, ≥ 90% of the token limit used while work waits,
@@ -250,7 +254,12 @@ def report(provider: Provider, records: list[dict[str, Any]], measure: tuple[flo
         ),
         "tokens_per_min": round(sum(e[2] for e in served) / minutes),
         "token_share": round(sum(e[2] for e in served) / minutes / args.tpm, 3),
+        "p50_extra_s": round(statistics.median(extra), 2) if extra else 0,
         "p95_extra_s": round(statistics.quantiles(extra, n=20)[-1], 2) if len(extra) > 1 else 0,
+        # Little's law: with every slot busy, a call takes slots / calls per second in all.
+        "expected_extra_s": round(
+            args.slots / max(1, len(served)) * (measure[1] - measure[0]) - args.delay_s, 2
+        ),
         "tenant_b_share": round(by_tenant["b"] / both, 3) if both else 0,
     }
 
@@ -288,7 +297,9 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         ("tasks failed (of tasks run)", "tasks_failed", ""),
         ("tasks failed by a 30 s outage", "outage_failed_tasks", "0"),
         ("tokens per minute served (share of the limit)", "token_share", ">= 0.9"),
-        ("p95 of a call's time beyond the model's delay (s)", "p95_extra_s", ""),
+        ("a call's time beyond the model's delay, p50 (s)", "p50_extra_s", ""),
+        ("... p95 (s)", "p95_extra_s", ""),
+        ("... mean by Little's law: slots / calls per s - delay (s)", "expected_extra_s", ""),
         ("tenant b's share of calls (weights 1:3)", "tenant_b_share", "0.75 +- 0.1"),
     ]
     for name, key, goal in rows:

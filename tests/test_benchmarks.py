@@ -126,3 +126,16 @@ def test_repo_audit_tiny_run_finds_what_the_honest_model_was_shown() -> None:
     assert (run["recall"], run["precision"]) == (1.0, 1.0)
     assert generated["naive"]["recall"] == 1.0 and generated["naive"]["input_tokens"] > 0
     assert generated["import"]["again_sent"] == 0 and generated["import"]["first_sent"] > 0
+
+
+def test_admission_quick_run_meets_its_goals_where_today_does_not() -> None:
+    proc = run_benchmark("admission.py", "--quick", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    today, admitted = doc["today"], doc["admission"]
+    assert admitted["attempts_burned"] == 0 and admitted["tasks_failed"] == 0
+    assert admitted["outage_failed_tasks"] == 0
+    assert admitted["429_per_1000"] < today["429_per_1000"]
+    assert today["attempts_burned_by_429"] > 0  # the herd the fleet-wide limits prevent
+    assert admitted["token_share"] > 0.8
+    assert abs(admitted["tenant_b_share"] - 0.75) <= 0.15
