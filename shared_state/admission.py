@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
 from .errors import AdmissionTimedOut
+from .redact import redact
 from .scripts import run_plain
 
 LEASE_MS = 10 * 60 * 1000  # an admitted call holds its slot at most this long (a dead caller's)
@@ -104,7 +105,11 @@ _UNSAFE = re.compile(r"[^\w.:/@+-]")
 def route_id(provider: str, model: str, base_url: str) -> str:
     """``openai:gpt-4.1-mini@api.openai.com/v1``: the provider, the model, where it is."""
     parts = urlsplit(base_url)
-    where = (parts.netloc + parts.path).rstrip("/") or base_url
+    # The host and port, never credentials a URL may carry (user:password@host).
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    where = (host + parts.path).rstrip("/") if host else redact(base_url)
     return _UNSAFE.sub("_", f"{provider}:{model}@{where}")
 
 

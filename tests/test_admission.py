@@ -268,6 +268,14 @@ def test_a_call_that_died_gives_its_slot_back_when_its_lease_ends(state: State) 
     assert state.client.zrange(keys.route_inflight("r"), 0, -1) == [grant.call_id.encode()]
 
 
+def test_a_route_is_named_by_host_and_path_never_by_credentials() -> None:
+    assert route_id("openai", "gpt-4.1-mini", "https://api.openai.com/v1/") == (
+        "openai:gpt-4.1-mini@api.openai.com/v1"
+    )
+    named = route_id("openai", "m", "http://user:s3cret-pass@127.0.0.1:8080/v1")
+    assert named == "openai:m@127.0.0.1:8080/v1" and "s3cret" not in named
+
+
 def test_outcomes_follow_the_status() -> None:
     from shared_state.admission import outcome_of
 
