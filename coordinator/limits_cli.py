@@ -169,7 +169,7 @@ def _row(r: RouteState) -> dict[str, Any]:
         "in flight": r.in_flight,
         "waiting": r.waiting,
         "cooling": f"{r.cooling_ms / 1000:.1f} s ({r.cool_why})" if r.cooling_ms else "",
-        "calls": r.admitted or r.ok,
+        "calls": r.admitted if r.limits.limited else "",  # unlimited: not counted
         "by tenant": ", ".join(f"{t} {n}" for t, n in sorted(r.by_tenant.items())),
         "429s": r.limited,
         "failed": r.failed,

@@ -69,7 +69,9 @@ class FleetCollector(Collector):
         shown = self.state.routes.show()
         families = {
             "calls": CounterMetricFamily(
-                "redfleet_route_calls", "Model calls admitted, by route.", labels=["route"]
+                "redfleet_route_calls",
+                "Model calls admitted by a route's limits (a route without limits counts none).",
+                labels=["route"],
             ),
             "limited": CounterMetricFamily(
                 "redfleet_route_429s", "429 and 529 answers, by route.", labels=["route"]
@@ -97,7 +99,7 @@ class FleetCollector(Collector):
         }
         for r in shown:
             values = {
-                "calls": r.admitted or r.ok, "limited": r.limited, "failed": r.failed,
+                "calls": r.admitted, "limited": r.limited, "failed": r.failed,
                 "waits": r.waits, "waited": r.waited_ms / 1000, "cooling": r.cooling_ms / 1000,
                 "in_flight": r.in_flight, "waiting": r.waiting,
             }  # fmt: skip

@@ -109,7 +109,7 @@ def route_id(provider: str, model: str, base_url: str) -> str:
     host = parts.hostname or ""
     if parts.port:
         host += f":{parts.port}"
-    where = (host + parts.path).rstrip("/") if host else redact(base_url)
+    where = redact((host + parts.path).rstrip("/") if host else base_url)
     return _UNSAFE.sub("_", f"{provider}:{model}@{where}")
 
 
@@ -178,26 +178,42 @@ class Route:
         ``priority`` (0-9, higher first); AdmissionTimedOut after ``max_wait_s``."""
         started = self.clock()
         call_id, why = f"{tenant}|{secrets.token_hex(8)}", ""
-        while True:
-            weight, cap = self._tenant(tenant)
-            if not cap and not self._limits_apply():
-                wait = self._cool_until - self.clock()
-                if wait <= 0:
-                    return Grant(self.id, "", tokens, int((self.clock() - started) * 1000))
-                why = "cooling"
-            else:
-                res = run_plain(
-                    self.client,
-                    "admitCall",
-                    keys.script_keys("admitCall", route_id=self.id),
-                    [call_id, tokens, LEASE_MS, weight, priority, cap],
-                )
-                if res.code == 1:
-                    return Grant(self.id, call_id, tokens, int(res.data["waited_ms"]))
-                wait, why = int(res.data["wait_ms"]) / 1000, str(res.data["why"])
-            if self.clock() + wait - started > max_wait_s:
-                raise AdmissionTimedOut(self.id, self.clock() - started, why)
-            self.sleep(wait)
+        asked = False
+        try:
+            while True:
+                weight, cap = self._tenant(tenant)
+                if not cap and not self._limits_apply():
+                    wait = due = self._cool_until - self.clock()
+                    if wait <= 0:
+                        return Grant(self.id, "", tokens, int((self.clock() - started) * 1000))
+                    why = "cooling"
+                else:
+                    asked = True
+                    res = run_plain(
+                        self.client,
+                        "admitCall",
+                        keys.script_keys("admitCall", route_id=self.id),
+                        [call_id, tokens, LEASE_MS, weight, priority, cap],
+                    )
+                    if res.code == 1:
+                        asked = False  # admitted: its ticket is gone with it
+                        return Grant(self.id, call_id, tokens, int(res.data["waited_ms"]))
+                    wait, why = int(res.data["wait_ms"]) / 1000, str(res.data["why"])
+                    due = int(res.data["due_ms"]) / 1000  # a cool-down's whole length
+                # A wait past the bound is given up at once, not slept through.
+                if self.clock() + max(wait, due) - started > max_wait_s:
+                    raise AdmissionTimedOut(self.id, self.clock() - started, why)
+                self.sleep(wait)
+        finally:
+            if asked:  # gave up (a bound, an error): its ticket must not block the queue
+                self._withdraw(call_id)
+
+    def _withdraw(self, call_id: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(keys.route_waiting(self.id), call_id)
+        pipe.zrem(keys.route_asked(self.id), call_id)
+        pipe.hdel(keys.route_vclock(self.id), f"since:{call_id}")
+        pipe.execute()
 
     def settle(
         self,
@@ -223,7 +239,8 @@ class Route:
                 grant.tokens,
                 used,
                 outcome.value,
-                retry_after_ms if outcome is Outcome.LIMITED else backoff.base_ms,
+                retry_after_ms if outcome is Outcome.LIMITED else 0,
+                backoff.base_ms,
                 backoff.cap_ms,
                 remaining_requests,
                 remaining_tokens,
@@ -231,9 +248,10 @@ class Route:
         )
         # After a failure, the next success ends the run of failures (the backoff's count);
         # and the cool-down this one set is read before the next call.
-        self._recovering = outcome is not Outcome.OK
-        if self._recovering:
-            self._read_at = -FRESH_S
+        with self._lock:
+            self._recovering = outcome is not Outcome.OK
+            if self._recovering:
+                self._read_at = -FRESH_S
 
     def _tenant(self, tenant: str) -> tuple[int, int]:
         """The tenant's weight and cap of calls at once, read at most once every
@@ -257,9 +275,10 @@ class Route:
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
             pipe.hmget(keys.route(self.id), "rpm", "tpm", "concurrency", "cool_until")
+            asked_at = self.clock()
             (seconds, micros), (rpm, tpm, slots, cool_until) = pipe.execute()
             now_ms = seconds * 1000 + micros // 1000
-            self._read_at = self.clock()
+            self._read_at = asked_at
             self._limited = any(int(v or 0) for v in (rpm, tpm, slots))
             cooling = max(0, int(cool_until or 0) - now_ms) / 1000
             self._cool_until = self._read_at + cooling

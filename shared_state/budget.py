@@ -19,9 +19,10 @@ from . import keys
 from .replies import Asked, check
 from .scripts import Runner
 
-# Longer than any model call can take with its retries; a call settled later
+# Longer than any model call can take: its wait for admission (``admission.MAX_WAIT_S``,
+# 15 minutes, for each route of a fallback chain) and its answer; a call settled later
 # than this is not charged (its reservation was already given back).
-RESERVATION_TTL_MS = 15 * 60 * 1000
+RESERVATION_TTL_MS = 60 * 60 * 1000
 
 
 MICRO = 1_000_000  # the budget hash keeps money in micro-dollars

@@ -268,6 +268,22 @@ def test_a_call_that_died_gives_its_slot_back_when_its_lease_ends(state: State) 
     assert state.client.zrange(keys.route_inflight("r"), 0, -1) == [grant.call_id.encode()]
 
 
+def test_a_caller_that_gives_up_takes_its_ticket_back(state: State) -> None:
+    """A waiter past its bound leaves the queue: the next caller is not held behind it."""
+    from shared_state.errors import AdmissionTimedOut
+
+    state.routes.set_limits("r", RouteLimits(concurrency=1))
+    route = Route(state.client, "r")
+    holding = route.acquire(10)
+    with pytest.raises(AdmissionTimedOut):
+        route.acquire(10, max_wait_s=0.3)
+    assert state.client.zcard(keys.route_waiting("r")) == 0
+    route.settle(holding, used=10)
+    started = time.monotonic()
+    route.acquire(10, max_wait_s=5)
+    assert time.monotonic() - started < 1  # not the 10 s a stale ticket would hold it
+
+
 def test_a_route_is_named_by_host_and_path_never_by_credentials() -> None:
     assert route_id("openai", "gpt-4.1-mini", "https://api.openai.com/v1/") == (
         "openai:gpt-4.1-mini@api.openai.com/v1"
@@ -307,8 +323,9 @@ def test_limits_are_set_and_shown_at_the_cli_and_bad_input_is_named(
     assert_one_line_error(run("up", "--limits", str(bad), "--burst", url=redis_url), "rpn")
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "limited"])
 def test_a_cooling_route_is_passed_over_at_once_for_the_fallback(
-    state: State, provider: Provider
+    state: State, provider: Provider, limited: bool
 ) -> None:
     from workers.llm.failover import Failover
 
@@ -317,6 +334,8 @@ def test_a_cooling_route_is_passed_over_at_once_for_the_fallback(
         routes = Routes(state.client)
         first = OpenAIProvider("gpt-4.1", base_url=provider.url, api_key="k", routes=routes)
         second = OpenAIProvider("gpt-4.1-mini", base_url=backup.url, api_key="k", routes=routes)
+        if limited:  # asked through the script, which says the whole cool-down at once
+            routes.set_limits(first.route_id, RouteLimits(rpm=600))
         grant = routes.route(first.route_id).acquire(10)
         routes.route(first.route_id).settle(grant, used=0, outcome=Outcome.LIMITED,
                                             retry_after_ms=60_000)  # fmt: skip

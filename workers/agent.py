@@ -38,6 +38,7 @@ from shared_state import Reservation, TokenBudget
 
 from .context import CallLedger, ContextEngine, ContextRequest, Message, Prompt, price_of
 from .llm import ModelResponse, Provider
+from .llm.failover import models_of
 from .run_context import RunContext
 from .tools import ToolBox, ToolResult
 
@@ -124,7 +125,8 @@ class AgentLoop:
         if self.budget is None:
             return None
         out = self.limits.max_output_tokens
-        most = price_of(self.provider.model).cost(prompt.total_tokens, 0, out)
+        # At the dearest model that may answer (a fallback's, if dearer than the model's).
+        most = max(price_of(m).cost(prompt.total_tokens, 0, out) for m in models_of(self.provider))
         return self.budget.reserve(prompt.total_tokens + out, most)
 
     def call(self, prompt: Prompt) -> tuple[ModelResponse, float]:

@@ -39,8 +39,10 @@
 
   Returns {code, data, events} (no events)
      1  admitted; data = waited_ms (since its first ask)
-     2  not yet; data = wait_ms, why ('cooling', 'queued', 'concurrency',
-        'tenant cap', 'requests' or 'tokens'), place (0 first)
+     2  not yet; data = wait_ms (when to ask again), due_ms (about when its turn
+        comes: a cool-down's whole length; a caller with less time left gives up
+        now), why ('cooling', 'queued', 'concurrency', 'tenant cap', 'requests' or
+        'tokens'), place (0 first)
 ]]
 --- @include "common"
 
@@ -67,7 +69,7 @@ end
 if cap > 0 and tonumber(redis.call('HGET', route, 'in:' .. tenant) or 0) >= cap then
   redis.call('ZREM', waiting, id)
   redis.call('ZREM', asked, id)
-  return reply(2, {wait_ms = 100, why = 'tenant cap', place = 0})
+  return reply(2, {wait_ms = 100, due_ms = 100, why = 'tenant cap', place = 0})
 end
 if not redis.call('ZSCORE', waiting, id) then
   if redis.call('ZCARD', waiting) == 0 then redis.call('DEL', vclock) end
@@ -115,8 +117,8 @@ if place > 0 or wait > 0 then
   if slots > 0 then step = math.max(step, 50 / slots) end
   local due = wait + place * step
   if place > 0 and why == '' then why = 'queued' end
-  return reply(2, {wait_ms = math.max(5, math.min(MAX_WAIT_MS, math.ceil(due))), why = why,
-    place = place})
+  return reply(2, {wait_ms = math.max(5, math.min(MAX_WAIT_MS, math.ceil(due))),
+    due_ms = math.ceil(due), why = why, place = place})
 end
 
 if req then redis.call('HSET', route, 'req', req - 1, 'req_at', now) end

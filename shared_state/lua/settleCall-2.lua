@@ -14,11 +14,11 @@
   ARGV[2] tokens it was admitted for    ARGV[3] tokens it used
   ARGV[4] outcome: 'ok', 'limited' (429, 529: the provider asks to slow down)
           or 'failed' (no answer: a connection error, a 5xx)
-  ARGV[5] ms to cool down: 'limited' with the provider's Retry-After (0:
-          none given); 'failed': the backoff's base
-  ARGV[6] the backoff's cap (ms)
-  ARGV[7] requests the provider says remain ('' not said)
-  ARGV[8] tokens the provider says remain ('' not said)
+  ARGV[5] the provider's Retry-After, ms ('limited'; 0: none given)
+  ARGV[6] the backoff's base (ms)     ARGV[7] its cap (ms), which bounds a
+          Retry-After too: a route is tried again at least that often
+  ARGV[8] requests the provider says remain ('' not said)
+  ARGV[9] tokens the provider says remain ('' not said)
 
   Idempotent per call id: a settle re-sent after a lost reply finds the call
   gone from the in-flight set and changes nothing.
@@ -57,17 +57,17 @@ elseif outcome == 'limited' then
   redis.call('HINCRBY', route, 'limited', 1)
   local n = redis.call('HINCRBY', route, 'failures', 1)
   local ms = tonumber(ARGV[5])
-  if ms <= 0 then ms = math.min(tonumber(ARGV[6]), 1000 * 2 ^ (n - 1)) end
-  cool(ms, 'limited')
+  if ms <= 0 then ms = tonumber(ARGV[6]) * 2 ^ (n - 1) end
+  cool(math.min(tonumber(ARGV[7]), ms), 'limited')
   -- The provider has nothing left now: the buckets start again empty.
   if rpm > 0 then redis.call('HSET', route, 'req', 0, 'req_at', coolUntil) end
   if tpm > 0 then redis.call('HSET', route, 'tok', 0, 'tok_at', coolUntil) end
 else
   redis.call('HINCRBY', route, 'failed', 1)
   local n = redis.call('HINCRBY', route, 'failures', 1)
-  cool(math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (n - 1)), 'unavailable')
+  cool(math.min(tonumber(ARGV[7]), tonumber(ARGV[6]) * 2 ^ (n - 1)), 'unavailable')
 end
 -- What the provider says is left, shown beside the limits (limits show).
-if ARGV[7] ~= '' then redis.call('HSET', route, 'learned_requests', ARGV[7], 'learned_at', now) end
-if ARGV[8] ~= '' then redis.call('HSET', route, 'learned_tokens', ARGV[8], 'learned_at', now) end
+if ARGV[8] ~= '' then redis.call('HSET', route, 'learned_requests', ARGV[8], 'learned_at', now) end
+if ARGV[9] ~= '' then redis.call('HSET', route, 'learned_tokens', ARGV[9], 'learned_at', now) end
 return reply(1, {settled = 1, cool_until = coolUntil})

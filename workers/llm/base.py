@@ -207,8 +207,13 @@ class HttpJson:
                 raise
             outcome = outcome_of(resp.status_code)
             if resp.status_code == 200:
-                body = resp.json()
-                route.settle(grant, used=used(body) or tokens, **_remaining(resp.headers))
+                try:
+                    body = resp.json()
+                    spent = used(body) or tokens
+                except Exception:
+                    route.settle(grant, used=tokens)  # an answer not as promised: its slot back
+                    raise
+                route.settle(grant, used=spent, **_remaining(resp.headers))
                 return body
             if outcome is Outcome.OK:  # a refusal retrying cannot fix
                 route.settle(grant, used=0)
@@ -233,10 +238,10 @@ class HttpJson:
 def _retry_after_ms(headers: httpx.Headers) -> int:
     """How long the provider asks to wait (ms; 0: it did not say)."""
     if value := headers.get("retry-after-ms"):
-        with suppress(ValueError):
+        with suppress(ValueError, OverflowError):  # OverflowError: "inf"
             return max(0, int(float(value)))
     if value := headers.get("retry-after"):
-        with suppress(ValueError):
+        with suppress(ValueError, OverflowError):
             return max(0, int(float(value) * 1000))
         with suppress(TypeError, ValueError):
             when = parsedate_to_datetime(value).timestamp()

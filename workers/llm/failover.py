@@ -18,9 +18,16 @@ from dataclasses import replace
 from ..context.engine import ToolSpec
 from ..context.messages import Message
 from ..errors import ProviderUnavailable
-from .base import HttpProvider, ModelResponse
+from .base import HttpProvider, ModelResponse, Provider
 
 FALLBACK_AFTER_S = 20.0
+
+
+def models_of(provider: Provider) -> tuple[str, ...]:
+    """The models that may answer ``provider``'s calls (a budget reserves at the dearest)."""
+    if isinstance(provider, Failover):
+        return provider.models
+    return (provider.model,)
 
 
 class Failover:
@@ -34,6 +41,7 @@ class Failover:
             provider.http = replace(provider.http, max_wait_s=after_s)
         self.name = self.providers[0].name
         self.model = self.providers[0].model
+        self.models = tuple(p.model for p in self.providers)  # any may answer a call
 
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, max_tokens: int
