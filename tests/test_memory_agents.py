@@ -156,6 +156,7 @@ def test_a_second_job_is_shown_the_verified_facts_and_episode_the_first_left(
         )
 
         sent_before = len(api.requests)
+        api.providers.clear()  # job 2 replays the demo from its start, as job 1 did
         second = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
         wait_for(lambda: state.jobs.get(second.job_id).status.finished, 120, "job 2")
     planner_calls = [

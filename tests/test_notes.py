@@ -50,7 +50,8 @@ class Script:
         self.scenario = Scenario.model_validate({"name": "notes", "roles": {"planner": steps}})
         self.sent: list[tuple[list[Message], list]] = []
 
-    def open(self, key: str) -> Recorder:
+    def open(self, key: str, **_: object) -> Recorder:
+        """As ``ProviderChoice.open`` (its routes, role and job mean nothing to a replay)."""
         return Recorder(self.scenario, key, self.sent)
 
 

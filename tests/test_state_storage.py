@@ -142,7 +142,7 @@ def test_each_script_documents_its_keys_args_and_returns_and_builds_no_keys(name
     # The keys callers send (``keys.script_keys``), in order, are the ones the header names.
     sent = keys.script_keys(
         name, "job", "<task_id>", parent_id="<parent_id>", root_id="<root_id>",
-        artifact_id="<id>", worker_id="<worker_id>", tenant="tenant",
+        artifact_id="<id>", worker_id="<worker_id>", tenant="tenant", route_id="<route>",
     )  # fmt: skip
     assert len(sent) == n_keys
     for i, key in enumerate(sent, start=1):
