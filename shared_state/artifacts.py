@@ -191,7 +191,7 @@ class ArtifactStore:
     def contents(self, ids: list[str]) -> dict[str, bytes]:
         """The content of each of ``ids`` that exists (by the id asked for)."""
         found = self._read_many(ids, ["content"])
-        return {i: found[i][0] for i in ids if found[i][0] is not None}  # type: ignore[misc]
+        return {i: data for i in ids if (data := found[i][0]) is not None}
 
     def _read(self, artifact_id: str, fields: list[str]) -> list[bytes | None]:
         return self._read_many([artifact_id], fields)[artifact_id]
