@@ -280,3 +280,17 @@ def test_terms_are_what_the_index_holds() -> None:
     index = TenantIndex()
     index.put("x", Row(terms("Deploys use ACCT-7Q2X9"), "app:", True, 0, 0, 3, "fact"))
     assert set(index.postings) == {"deploy", "use", "acct-7q2x9", "acct", "7q2x9"}
+
+
+def test_a_secret_is_refused_before_any_embedder_sees_it(state: State) -> None:
+    from shared_state.errors import SecretInMemory
+
+    embedder = Seeded()
+    store = MemoryStore(state.client, embedder=embedder)
+    secret = Claim(scope=Scope.parse("app:"), text="the key is sk-proj-" + "a1B2c3D4" * 5,
+                   source_kind=SourceKind.USER, source_ref="test")  # fmt: skip
+    with pytest.raises(SecretInMemory):
+        store.write(CTX, secret)
+    with pytest.raises(SecretInMemory):
+        store.write_many(CTX, [claims(random.Random(9), 1)[0], secret])
+    assert embedder.texts == 0 and store.items(CTX) == []

@@ -208,6 +208,8 @@ class MemoryStore:
         claim that repeats the current one gives that one's)."""
         for claim in claims:
             self._check_writable(ctx, claim)
+            if looks_secret(claim.text):  # before any embedder sees it
+                raise SecretInMemory()
         # Every claim checked before the first is sent: a refused one stores none.
         calls = [
             self._args(ctx, claim, f"m-{secrets.token_hex(8)}", "", vector)
@@ -230,6 +232,8 @@ class MemoryStore:
     def _store(
         self, ctx: MemoryContext, claim: Claim, *, item_id: str, promoted_from: str = ""
     ) -> MemoryItem:
+        if looks_secret(claim.text):  # refused before any embedder (an endpoint) sees it
+            raise SecretInMemory()
         args = self._args(ctx, claim, item_id, promoted_from, self._vectors([claim])[0])
         res = run_plain(
             self.client, "memoryWrite", keys.script_keys("memoryWrite", tenant=ctx.tenant), args
@@ -251,9 +255,8 @@ class MemoryStore:
     def _args(
         self, ctx: MemoryContext, claim: Claim, item_id: str, promoted_from: str, vector: bytes
     ) -> list[str | int | bytes]:
-        """memoryWrite's arguments for ``claim``; MemoryRefused for what no write may hold."""
-        if looks_secret(claim.text):
-            raise SecretInMemory()
+        """memoryWrite's arguments for ``claim`` (its text checked for secrets already);
+        MemoryRefused for provenance no write may hold."""
         key = claim.claim_key
         try:
             provenance = Provenance(
