@@ -169,6 +169,17 @@ def run_processes(
     return out
 
 
+def openai_env(base_url: str, model: str = "gpt-4.1-mini", **more: str) -> tuple:
+    """A fleet's workers' environment for the openai provider at ``base_url``."""
+    return (
+        ("REDFLEET_PROVIDER", "openai"),
+        ("REDFLEET_MODEL", model),
+        ("REDFLEET_BASE_URL", base_url),
+        ("OPENAI_API_KEY", "sk-loopback"),
+        *more.items(),
+    )
+
+
 def most_in_any_window(times: list[float], weights: list[int], window: float) -> int:
     """The largest sum of ``weights`` of events within any ``window`` seconds."""
     best = 0
@@ -224,12 +235,7 @@ def test_an_outage_of_30_s_fails_no_task_and_uses_no_attempt(state: State, start
     them out and every task succeeds on its first attempt."""
     faults = [(503, {"error": {"message": "down"}})] * 5
     with ScriptedOpenAI(load_scenario("demo"), faults=faults, malformed=set()) as api:
-        env = (
-            ("REDFLEET_PROVIDER", "openai"),
-            ("REDFLEET_MODEL", "gpt-4.1-mini"),
-            ("REDFLEET_BASE_URL", api.url),
-            ("OPENAI_API_KEY", "sk-loopback"),
-        )
+        env = openai_env(api.url)
         start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
         started = time.monotonic()
         job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, max_attempts=2))
@@ -357,14 +363,8 @@ def test_the_fallback_takes_over_from_a_dead_provider_and_every_call_records_it(
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
-        env = (
-            ("REDFLEET_PROVIDER", "openai"),
-            ("REDFLEET_MODEL", "gpt-4.1"),
-            ("REDFLEET_BASE_URL", dead),
-            ("REDFLEET_FALLBACK", f"openai:gpt-4.1-mini@{api.url}"),
-            ("REDFLEET_FALLBACK_AFTER_S", "2"),
-            ("OPENAI_API_KEY", "sk-loopback"),
-        )
+        env = openai_env(dead, "gpt-4.1", REDFLEET_FALLBACK=f"openai:gpt-4.1-mini@{api.url}",
+                         REDFLEET_FALLBACK_AFTER_S="2")  # fmt: skip
         start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
         job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS))
         wait_for(lambda: state.jobs.get(job.job_id).status.finished, 180, "the job")
@@ -444,12 +444,7 @@ def test_a_job_its_money_budget_stopped_goes_on_after_retry_with_a_raised_one(
     state: State, redis_url: str, start_fleet
 ) -> None:
     with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
-        env = (
-            ("REDFLEET_PROVIDER", "openai"),
-            ("REDFLEET_MODEL", "gpt-4.1-mini"),
-            ("REDFLEET_BASE_URL", api.url),
-            ("OPENAI_API_KEY", "sk-loopback"),
-        )
+        env = openai_env(api.url)
         start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
         # A call reserves its most cost (every output token at gpt-4.1-mini's prices): about
         # $0.002 here, so the job stops within its first few calls.
