@@ -4,6 +4,9 @@ Each tick, over the active jobs:
 - claims whose lease expired → the attempt ends (re-queued with attempt + 1,
   or dead at max attempts and the job failed) — ``reapTask`` decides
   atomically, so several reapers (one per machine) never double up;
+- retries whose backoff is over (``shared_state.backoff``: a failed attempt
+  waits queued, with no envelope, until its not-before time) → an envelope,
+  within a tick of it being due;
 - tasks queued for longer than ``redeliver_after_ms`` whose RQ envelope is no
   longer waiting in its queue (deleted, or taken by a worker that died before
   claiming), on two ticks in a row → a new envelope;
@@ -48,6 +51,7 @@ class ReapReport:
     requeued: list[str] = field(default_factory=list)
     dead: list[str] = field(default_factory=list)
     redelivered: list[str] = field(default_factory=list)
+    due: list[str] = field(default_factory=list)  # retries sent once their backoff was over
     retired: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)  # RQ ids of superseded envelopes
     pruned_jobs: int = 0
@@ -80,12 +84,13 @@ class Reaper:
         self.state.delivery.discard(stale)
         report.discarded = [rq_id for _, rq_id in stale]
         self.state.events.flush()
-        if report.requeued or report.dead or report.redelivered:
+        if report.requeued or report.dead or report.redelivered or report.due:
             log.info("reaper.tick", **{k: v for k, v in report.__dict__.items() if v})
         return report
 
     def _reap(self, active: list[str], report: ReapReport, stale: list[tuple[Role, str]]) -> None:
-        """Retire finished jobs, end expired attempts, redeliver lost envelopes.
+        """Retire finished jobs, end expired attempts, send due retries, redeliver lost
+        envelopes.
 
         The envelopes these steps supersede are added to ``stale``.
         """
@@ -110,6 +115,9 @@ class Reaper:
                 report.dead.append(task_id)
             if role is not None and envelope is not None:
                 stale.append((Role(role.decode()), envelope.decode()))
+        for job_id, task_id in self.state.tasks.retries_due(live):
+            if self.state.tasks.redeliver(job_id, task_id, 0, "retry due"):
+                report.due.append(task_id)
         for (job_id, task_id), role, envelope in self._lost_deliveries(live):
             if self.state.tasks.redeliver(
                 job_id, task_id, self.redeliver_after_ms, "delivery lost: no envelope in queue"

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from shared_state import Event, Job, State, Task, WorkerInfo
+from shared_state.scripts import server_ms
 
 from .errors import CoordinatorError
 from .text import cut, markup_safe, one_line
@@ -84,11 +85,15 @@ TASK_COLUMNS = [
 ]  # fmt: skip
 
 
-def task_doc(task: Task) -> dict[str, Any]:
+def task_doc(task: Task, now_ms: int) -> dict[str, Any]:
+    """A task for `status` (``now_ms``: Redis time, for a retry's wait)."""
+    waits = task.not_before - now_ms if task.status == "queued" else 0
     return {
         "task_id": task.task_id,
         "role": task.role.value,
-        "status": task.status.value,
+        # A retry waiting out its backoff (shared_state.backoff): when it is sent again.
+        "status": f"queued, retry in {-(-waits // 1000)} s" if waits > 0 else task.status.value,
+        "retry_in_ms": max(0, waits),
         "attempts": task.attempt,
         "renewals": task.renewals,  # leases renewed, over all attempts
         "owner": task.owner or None,
@@ -130,7 +135,8 @@ def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any
     if items:
         doc["items"] = items
     if with_tasks:
-        doc["tasks"] = [task_doc(t) for t in state.tasks.list(job.job_id)]
+        now_ms = server_ms(state.client)
+        doc["tasks"] = [task_doc(t, now_ms) for t in state.tasks.list(job.job_id)]
         usage = state.usage(job.job_id).get()
         doc["usage"] = {**usage.model_dump(), "cache_hit_ratio": round(usage.cache_hit_ratio, 4)}
     return doc
@@ -308,7 +314,8 @@ def reap_line(report: Any) -> str:
     ended = len(report.requeued) + len(report.dead)
     return (
         f"reaper: ended {count(ended, 'expired attempt')} ({len(report.requeued)} requeued, "
-        f"{len(report.dead)} dead), redelivered {count(len(report.redelivered), 'lost task')}, "
+        f"{len(report.dead)} dead), sent {count(len(report.due), 'due retry', 'due retries')}, "
+        f"redelivered {count(len(report.redelivered), 'lost task')}, "
         f"retired {count(len(report.retired), 'finished job')}, discarded "
         f"{count(len(report.discarded), 'stale envelope')}; pruned "
         f"{count(report.pruned_jobs, 'expired job id')}, "

@@ -18,8 +18,8 @@ A route with no limits set makes no round trip per call: its state (a
 cool-down) is read at most once a second, and a failure still cools it for
 the fleet.
 
-The failure policy — which provider answer is which outcome, and the
-backoff for each — is ``POLICY``, here and nowhere else.
+Which provider answer is which outcome is ``outcome_of``; how long each
+cools the route is ``backoff.COOLING``, with the fleet's other backoffs.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
+from .backoff import COOLING
 from .errors import AdmissionTimedOut
 from .redact import redact
 from .scripts import run_plain
@@ -50,20 +51,6 @@ class Outcome(StrEnum):
     OK = "ok"
     LIMITED = "limited"  # the provider asked to slow down: 429, 529 (overloaded)
     FAILED = "failed"  # no answer: a connection error, a 5xx
-
-
-@dataclass(frozen=True)
-class Backoff:
-    base_ms: int
-    cap_ms: int
-
-
-# How long a route cools after each kind of failure, before its retry-after (if the
-# provider gave one) or doubling with each failure in a row. The one place it is decided.
-POLICY = {
-    Outcome.LIMITED: Backoff(base_ms=1_000, cap_ms=60_000),
-    Outcome.FAILED: Backoff(base_ms=1_000, cap_ms=30_000),
-}
 
 
 def outcome_of(status: int | None) -> Outcome:
@@ -229,7 +216,7 @@ class Route:
         word passed on to the fleet (a cool-down on LIMITED or FAILED)."""
         if not grant.call_id and outcome is Outcome.OK and not self._recovering:
             return  # an unlimited route: nothing was held, nothing to say
-        backoff = POLICY.get(outcome, POLICY[Outcome.FAILED])
+        backoff = COOLING.get(outcome.value, COOLING[Outcome.FAILED.value])
         run_plain(
             self.client,
             "settleCall",

@@ -9,7 +9,9 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:tasks             set    ids of the job's tasks
     rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease
     rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
-    rf:{<job>}:queued            zset   queued task id -> queued since (ms)
+    rf:{<job>}:queued            zset   queued task id -> queued since (ms), or due at (a
+                                        retry waiting out its backoff)
+    rf:{<job>}:retries           zset   task id -> due (ms): retries the reaper delivers then
     rf:{<job>}:events            stream the job's events (capped)
     rf:{<job>}:budget            hash   token budget: limit, used, reserved, r:<id> reservations
     rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
@@ -124,6 +126,10 @@ def leases(job_id: str) -> str:
 
 def queued(job_id: str) -> str:
     return f"{_tag(job_id)}:queued"
+
+
+def retries(job_id: str) -> str:
+    return f"{_tag(job_id)}:retries"
 
 
 def job_events(job_id: str) -> str:
@@ -274,6 +280,7 @@ def job_keys(job_id: str) -> list[str]:
         tasks(job_id),
         leases(job_id),
         queued(job_id),
+        retries(job_id),
         job_events(job_id),
         budget(job_id),
         usage(job_id),
@@ -298,11 +305,11 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "blockTask": _TASK,
     "admitCall": ("route", "route_inflight", "route_waiting", "route_asked", "route_vclock"),
     "cancelJob": _JOB,
-    "claimTask": _TASK,
+    "claimTask": (*_TASK, "retries"),
     "completeTask": (*_TASK, "parent"),
     "decideTask": _TASK,
     "endTasks": _JOB[:4],
-    "failTask": _TASK,
+    "failTask": (*_TASK, "retries"),
     "memoryFile": ("memory_prefix",),
     "memoryForget": ("memory_prefix",),
     "memoryIndex": ("memory_prefix",),
@@ -310,11 +317,11 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "memoryWrite": ("memory_prefix",),
     "mirrorEvents": ("EVENTS", "METRICS"),
     "ownerWrite": _TASK[:5],
-    "reapTask": _TASK,
+    "reapTask": (*_TASK, "retries"),
     "recordUsage": ("usage", "usage_calls", "job", "job_events"),
     "redactArtifact": ("artifact", "artifacts"),  # then the redacted copy's hash
     "redactRecord": (),  # its keys are the record to redact (and a scratch key beside it)
-    "redeliverTask": ("task", "job", "job_events", "queued"),
+    "redeliverTask": ("task", "job", "job_events", "queued", "retries"),
     "renewLease": _TASK[:4],
     "reserveTokens": ("budget",),
     "resumeJob": _JOB,

@@ -173,6 +173,7 @@ class Task(_Record):
     lease_until: int = 0
     renewals: int = 0  # leases renewed, over all attempts (renewLease counts them)
     retries: int = 0  # fresh attempts given by `redfleet retry`
+    not_before: int = 0  # a retry is not delivered before this (ms, Redis time)
     question: str = ""  # blocked: what the person is asked
     approval_for: str = ""  # blocked: the digest of the call an approval lets through
     approved_for: str = ""  # approved: that digest, as the person approved it

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import keys
+from .backoff import Failure, retry_args
 from .delivery import Delivery, Envelope
 from .errors import (
     StateError,
@@ -92,7 +93,8 @@ class TaskStore:
         ship the whole job hash.
         """
         job = self._jobs.get(job_id)
-        args = [worker, lease_ms, "" if job else "1"]
+        # An expired lease taken over here is a lost worker's: its retry backs off as such.
+        args = [worker, lease_ms, "" if job else "1", *retry_args(Failure.LOST)]
         res = self.runner.run(
             "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args
         )
@@ -178,18 +180,24 @@ class TaskStore:
             self.delivery.send([Envelope(claim.job_id, done.parent_requeued, parent_role)])
         return done
 
-    def fail(self, claim: Claim, reason: str, *, retryable: bool = True) -> str:
-        """End this attempt; returns 'requeued' or 'dead'."""
+    def fail(
+        self, claim: Claim, reason: str, *, retryable: bool = True, kind: Failure = Failure.ERROR
+    ) -> str:
+        """End this attempt; returns 'requeued' or 'dead'.
+
+        A requeued task waits out ``kind``'s backoff (``backoff.RETRY``); the
+        reaper delivers it when it is due.
+        """
         res = self.runner.run(
             "failTask",
             claim.job_id,
             keys.script_keys("failTask", claim.job_id, claim.task_id),
             # Masked where it enters: a reason quotes errors, and an error may quote a key.
-            [claim.token, claim.owner, redact(reason), int(retryable)],
+            [claim.token, claim.owner, redact(reason), int(retryable), *retry_args(kind)],
         )
         check("failTask", res, Asked.owner(claim))
         outcome = res.data["outcome"]
-        if outcome == "requeued":
+        if outcome == "requeued" and not int(res.data["retry_in_ms"]):
             self.delivery.send([Envelope(claim.job_id, claim.task_id, claim.role)])
         return outcome
 
@@ -296,16 +304,24 @@ class TaskStore:
     # -- the reaper's writes -----------------------------------------------------
 
     def reap(self, job_id: str, task_id: str) -> str | None:
-        """End an expired attempt; returns 'requeued', 'dead', or None if the lease is live."""
-        res = self.runner.run("reapTask", job_id, keys.script_keys("reapTask", job_id, task_id), [])
+        """End an expired attempt; returns 'requeued', 'dead', or None if the lease is live.
+
+        A requeued task waits out a lost worker's backoff first."""
+        res = self.runner.run(
+            "reapTask",
+            job_id,
+            keys.script_keys("reapTask", job_id, task_id),
+            retry_args(Failure.LOST),
+        )
         if not check("reapTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             return None
-        if res.data["outcome"] == "requeued":
+        if res.data["outcome"] == "requeued" and not int(res.data["retry_in_ms"]):
             self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
         return res.data["outcome"]
 
     def redeliver(self, job_id: str, task_id: str, grace_ms: int, reason: str) -> bool:
-        """Send a new envelope for a queued task whose delivery was lost."""
+        """Send a new envelope for a queued task whose delivery was lost, or whose retry
+        is due (``grace_ms`` 0)."""
         task_keys = keys.script_keys("redeliverTask", job_id, task_id)
         res = self.runner.run("redeliverTask", job_id, task_keys, [grace_ms, reason])
         if check("redeliverTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
@@ -344,6 +360,10 @@ class TaskStore:
     def queued_since(self, job_ids: Sequence[str], older_than_ms: int) -> list[tuple[str, str]]:
         """(job_id, task_id) of tasks queued for longer than ``older_than_ms``."""
         return self._due(job_ids, keys.queued, older_than_ms)
+
+    def retries_due(self, job_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(job_id, task_id) of retries whose backoff is over (Redis time)."""
+        return self._due(job_ids, keys.retries, 0)
 
     def _due(
         self, job_ids: Sequence[str], index: Callable[[str], str], age_ms: int

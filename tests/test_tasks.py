@@ -134,7 +134,8 @@ def test_a_retryable_failure_requeues_and_a_final_one_fails_the_job(state: State
     job, _, (child_id, *_) = job_with_children(state, 1)
     first = state.tasks.claim(job.job_id, child_id, "w1", 10_000).claim
     assert state.tasks.fail(first, "flaky") == "requeued"
-    second = state.tasks.claim(job.job_id, child_id, "w2", 10_000).claim
+    # Claimable again once its backoff is over (tests/test_backoff.py has the delays).
+    second = wait_for(lambda: state.tasks.claim(job.job_id, child_id, "w2", 10_000)).claim
     assert state.tasks.fail(second, "broken input", retryable=False) == "dead"
     assert state.jobs.get(job.job_id).reason.endswith("dead after 2 attempt(s): broken input")
 

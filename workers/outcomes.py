@@ -9,16 +9,18 @@ decided here, from the outcome's type, and nowhere else:
     HandedOff()               nothing: its spawn (a tool's fenced write) ended the claim,
                               and it resumes when its children are done
     Asks(question, digest)    blockTask: it waits for a person (``errors.Blocked``)
-    Failed(reason, retryable) failTask: dead, and its job with it, unless retryable and
-                              attempts are left (an unexpected error is retryable)
-
-A retry is at once (a fresh delivery); a retry after a delay is not an outcome
-yet.
+    Failed(reason, retryable, kind)
+                              failTask: dead, and its job with it, unless retryable and
+                              attempts are left (an unexpected error is retryable); a
+                              retry waits out the backoff of its kind of failure
+                              (``shared_state.backoff.RETRY``) before it is delivered
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from shared_state.backoff import Failure
 
 from .task_run import TaskRun
 
@@ -45,6 +47,7 @@ class Asks:
 class Failed:
     reason: str
     retryable: bool = False
+    kind: Failure = Failure.ERROR
 
 
 Outcome = Done | HandedOff | Asks | Failed
@@ -59,5 +62,5 @@ def settle(run: TaskRun, outcome: Outcome) -> None:
             pass
         case Asks(question, approval_for):
             run.block(question[:MAX_REASON], approval_for=approval_for)
-        case Failed(reason, retryable):
-            run.fail(reason[:MAX_REASON], retryable=retryable)
+        case Failed(reason, retryable, kind):
+            run.fail(reason[:MAX_REASON], retryable=retryable, kind=kind)

@@ -59,9 +59,10 @@ from shared_state import (
     TaskStatus,
     queue_name,
 )
+from shared_state.backoff import Failure
 
 from . import roles, scenarios, slots
-from .errors import LeaseLost, NotInWorker
+from .errors import LeaseLost, NotInWorker, ProviderUnavailable
 from .fair_share import FairShare
 from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
 from .lease import Lease
@@ -187,7 +188,10 @@ class WorkerRuntime:
                 raise
             except Exception as exc:  # a bug or a fault no role expected: tried again
                 log.exception("task.error", job_id=job_id, task_id=task_id)
-                outcome = Failed(f"{type(exc).__name__}: {exc}", retryable=True)
+                # A provider still down after its calls waited out their admission waits
+                # backs off longest.
+                kind = Failure.PROVIDER if isinstance(exc, ProviderUnavailable) else Failure.ERROR
+                outcome = Failed(f"{type(exc).__name__}: {exc}", retryable=True, kind=kind)
             settle(run, outcome)
         except (LeaseLost, Fenced, JobFinished) as exc:
             # Someone else owns the task now (or nobody should): write nothing more.

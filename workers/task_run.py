@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared_state import Child, Claim, Job, State, Task
+from shared_state.backoff import Failure
 
 from .lease import Lease
 
@@ -59,9 +60,9 @@ class TaskRun:
             lambda: self.state.tasks.spawn(self.claim, stage, children, journal=journal)
         )
 
-    def fail(self, reason: str, *, retryable: bool = True) -> str:
+    def fail(self, reason: str, *, retryable: bool = True, kind: Failure = Failure.ERROR) -> str:
         outcome = self.lease.settle(
-            lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable)
+            lambda: self.state.tasks.fail(self.claim, reason, retryable=retryable, kind=kind)
         )
         if outcome == "dead":  # and with it the job
             self._ended()

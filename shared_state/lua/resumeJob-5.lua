@@ -65,7 +65,7 @@ for i = 6 + n, #KEYS do
   if t[1] == root then
     redis.call('HSET', KEYS[i], 'status', 'queued', 'stage', ARGV[3], 'attempt', 1, 'owner', '',
       'lease_until', 0, 'result', '', 'error', '', 'pending', 0, 'finished_ms', 0,
-      'queued_ms', now, 'token', tonumber(t[4] or '0') + 1, 'approved_for', '',
+      'queued_ms', now, 'not_before', 0, 'token', tonumber(t[4] or '0') + 1, 'approved_for', '',
       'approval_note', '', 'approval_stage', '')
     redis.call('ZREM', leasesKey, root)
     redis.call('ZADD', queuedKey, now, root)

@@ -62,12 +62,14 @@ for i = 6 + n, #KEYS do
     redis.call('HSET', taskKey, 'status', 'waiting', 'finished_ms', 0)
   elseif thisRound and (t[3] == 'dead' or t[3] == 'cancelled') then
     redis.call('HSET', taskKey, 'status', 'queued', 'attempt', 1, 'owner', '', 'lease_until', 0,
-      'queued_ms', now, 'finished_ms', 0, 'last_error', t[4] or '',
+      'queued_ms', now, 'not_before', 0, 'finished_ms', 0, 'last_error', t[4] or '',
       'retries', (tonumber(t[5]) or 0) + 1)
     redis.call('ZADD', queuedKey, now, t[1])
     requeued[#requeued + 1] = t[1]
     events[#events + 1] = {'event', 'task.queued', 'task_id', t[1], 'role', t[2], 'retry', 1}
   elseif t[3] == 'queued' then
+    -- Sent again now: a retry that was waiting out its backoff waits no more.
+    redis.call('HSET', taskKey, 'not_before', 0)
     queued[#queued + 1] = t[1]
   end
 end

@@ -11,11 +11,13 @@
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
   KEYS[6] task set         rf:{job}:tasks
+  KEYS[7] retries index    rf:{job}:retries
 
-  ARGV    none
+  ARGV[1..3] the retry's backoff: base ms, cap ms, jitter in [0, 1) (failAttempt)
 
   Returns {code, data, events}
-     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished), role
+     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished), role,
+        retry_in_ms
     -1  no such task (its lease entry, left without it, is dropped)
     -2  nothing to reap (not claimed, or lease still live)
     error  a key in KEYS belongs to another job
@@ -39,5 +41,6 @@ if t[1] ~= 'claimed' or tonumber(t[2]) > now then
   if t[1] ~= 'claimed' then redis.call('ZREM', leasesKey, t[4]) end
   return reply(-2, {status = t[1], lease_until = t[2]})
 end
-local outcome = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false, readJob(KEYS[2]))
-return reply(1, {outcome = outcome, role = t[5]})
+local outcome, delay = failAttempt('lease expired (owner ' .. t[3] .. ')', now, false,
+  readJob(KEYS[2]), backoffArgs(1))
+return reply(1, {outcome = outcome, role = t[5], retry_in_ms = delay or 0})

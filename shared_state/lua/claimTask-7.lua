@@ -1,9 +1,10 @@
 --[[
   claimTask: take ownership of a task (compare-and-set) and start its lease.
 
-  Succeeds only when the task is `queued`, or `claimed` with a lease that has
-  expired by Redis time (the old attempt is then ended first, as the reaper
-  would: attempt + 1, or dead at max attempts). Each success raises the
+  Succeeds only when the task is `queued` and due (a retry's `not_before`
+  has passed), or `claimed` with a lease that has expired by Redis time (the
+  old attempt is then ended first, as the reaper would: attempt + 1 after
+  the lost worker's backoff, or dead at max attempts). Each success raises the
   task's fencing token above both its last token and the Redis time in
   microseconds, so a token never repeats even after lost writes rewound the
   task's hash; every later write by the owner must carry it and its worker id.
@@ -17,17 +18,21 @@
   KEYS[4] lease index      rf:{job}:leases   (zset task_id -> lease deadline ms)
   KEYS[5] queued index     rf:{job}:queued   (zset task_id -> queued since ms)
   KEYS[6] task set         rf:{job}:tasks
+  KEYS[7] retries index    rf:{job}:retries  (zset task_id -> due ms)
 
   ARGV[1] worker id
   ARGV[2] lease length in ms
   ARGV[3] '1' to have the job's fields in the reply (a caller that has not
           seen the job yet), else ''
+  ARGV[4..6] the backoff of a retry after taking over an expired lease: base
+          ms, cap ms, jitter in [0, 1) (failAttempt)
 
   Returns {code, data, events}
      1  claimed; data = task (the task's hash after the claim), resumes (the
         job's resume count), and job (the job's hash) when asked for
     -1  no such task
-    -2  not claimable; data = status, owner, lease_until
+    -2  not claimable; data = status, owner, lease_until, not_before (a retry
+        not yet due: the reaper delivers it then)
     -4  the job has finished; the task (queued, waiting, or claimed with an
         expired lease or by this worker) is marked cancelled
     error  a key in KEYS belongs to another job
@@ -44,7 +49,7 @@ local worker, leaseMs, withJob = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 -- deliveries, racing workers) end after one small read and TIME.
 local function row()
   return redis.call('HMGET', taskKey, 'status', 'owner', 'lease_until', 'task_id', 'token',
-    'attempt', 'role')
+    'attempt', 'role', 'not_before')
 end
 
 local function claimed()
@@ -62,7 +67,8 @@ local status, owner, taskId = t[1], t[2], t[4]
 if not status then return reply(-1) end
 
 local function refuse()
-  return reply(-2, {status = status, owner = owner, lease_until = t[3]})
+  return reply(-2, {status = status, owner = owner, lease_until = t[3],
+    not_before = t[8] or 0})
 end
 
 if status ~= 'queued' and status ~= 'claimed' and status ~= 'waiting' then return refuse() end
@@ -81,6 +87,7 @@ if isTerminalJob(job.status) then
   return reply(-4, {job_status = job.status})
 end
 if status == 'waiting' then return refuse() end
+if status == 'queued' and tonumber(t[8] or '0') > now then return refuse() end
 
 if status == 'claimed' then
   if leaseLeft > 0 then
@@ -92,9 +99,11 @@ if status == 'claimed' then
     redis.call('ZADD', leasesKey, leaseUntil, taskId)
     return claimed()
   end
-  local outcome = failAttempt('lease expired (owner ' .. owner .. ')', now, false, job)
-  if outcome ~= 'requeued' then
-    return reply(-2, {status = outcome, owner = '', lease_until = 0})
+  local outcome, delay = failAttempt('lease expired (owner ' .. owner .. ')', now, false, job,
+    backoffArgs(4))
+  if outcome ~= 'requeued' or delay > 0 then
+    return reply(-2, {status = outcome == 'requeued' and 'queued' or outcome, owner = '',
+      lease_until = 0, not_before = now + (delay or 0)})
   end
   t = row()
 end

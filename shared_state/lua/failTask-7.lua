@@ -13,14 +13,17 @@
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
   KEYS[6] task set         rf:{job}:tasks
+  KEYS[7] retries index    rf:{job}:retries  (zset task_id -> due ms)
 
   ARGV[1] fencing token
   ARGV[2] worker id
   ARGV[3] reason
   ARGV[4] retryable: 1 or 0
+  ARGV[5..7] the retry's backoff: base ms, cap ms, jitter in [0, 1) (failAttempt)
 
   Returns {code, data, events}
-     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished)
+     1  data = outcome ('requeued' | 'dead' | 'cancelled': the job had finished),
+        retry_in_ms (a requeued task's delay)
     -1  no such task
     -3  fenced (event task.fenced)
     -4  its job ended while it ran (endTasks cancelled it); data = job_status
@@ -43,6 +46,7 @@ local refused = fence(t, job, stream, token, worker, 'fail')
 if refused then return refused end
 emit(stream, job.maxlen, {'event', 'task.failed', 'task_id', t[3], 'role', t[6],
   'worker', worker, 'token', token, 'attempt', t[7], 'reason', reason})
-local done = {outcome = failAttempt(reason, nowMs(), not retryable, job)}
+local outcome, delay = failAttempt(reason, nowMs(), not retryable, job, backoffArgs(5))
+local done = {outcome = outcome, retry_in_ms = delay or 0}
 ended(token, worker, 'fail', done)
 return reply(1, done)
