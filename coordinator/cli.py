@@ -186,6 +186,7 @@ def _provider_env(
         "script": script or settings.script,
         "summary_model": settings.summary_model if summary_model is None else summary_model,
         "fallback_after_s": settings.fallback_after_s,
+        "wait_s": settings.provider_wait_s,
     }
     texts = fallback if fallback else [f for f in settings.fallback.split(",") if f.strip()]
     try:

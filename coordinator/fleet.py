@@ -71,6 +71,7 @@ def provider_env(choice: ProviderChoice) -> tuple[tuple[str, str], ...]:
     if choice.fallbacks:
         env["REDFLEET_FALLBACK"] = ",".join(str(f) for f in choice.fallbacks)
         env["REDFLEET_FALLBACK_AFTER_S"] = str(choice.fallback_after_s)
+    env["REDFLEET_PROVIDER_WAIT_S"] = str(choice.wait_s)
     return tuple(env.items())
 
 

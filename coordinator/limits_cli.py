@@ -98,7 +98,7 @@ def set_cmd(
 def tenant_cmd(
     tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant jobs run for.")],
     weight: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--weight",
             min=1,
@@ -106,44 +106,78 @@ def tenant_cmd(
             help="Its share against other tenants' while calls wait: 3 goes 3 calls to "
             "another's 1 of weight 1 (default 1).",
         ),
-    ] = 1,
+    ] = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", min=0, help="Its calls at once on a route (0: none).")
-    ] = 0,
+        int | None,
+        typer.Option("--concurrency", min=0, help="Its calls at once on a route (0: none)."),
+    ] = None,
+    daily_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--daily-usd",
+            min=0,
+            help="Its money budget a day (UTC), over all its jobs, at the routes' prices: a "
+            "call that would overrun it is not sent and its job fails (0: none).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Set a tenant's weight and cap on every route, for the whole fleet."""
-    share = TenantShare(weight=weight, concurrency=concurrency)
+    """Set a tenant's weight, cap and daily money budget for the whole fleet, now.
+
+    What is not given stays as it was: `limits tenant acme --daily-usd 50` keeps
+    acme's weight."""
+    if weight is None and concurrency is None and daily_usd is None:
+        raise CoordinatorError("limits tenant: give --weight, --concurrency or --daily-usd")
     with open_state(Settings()) as state:
-        Routes(state.client).set_tenant(tenant, share)
+        routes = Routes(state.client)
+        share = routes.tenants().get(tenant, TenantShare())
+        given = {"weight": weight, "concurrency": concurrency}
+        share = share.model_copy(update={k: v for k, v in given.items() if v is not None})
+        routes.set_tenant(tenant, share)
+        if daily_usd is not None:
+            state.spend.set_limit(tenant, daily_usd)
+        spent, daily = state.spend.today([tenant])[tenant]
     if as_json:
-        views.print_json({"tenant": tenant, **share.model_dump()})
+        views.print_json(
+            {"tenant": tenant, **share.model_dump(), "daily_usd": daily, "spent_today_usd": spent}
+        )
     else:
-        cap = f", at most {concurrency} calls at once" if concurrency else ""
-        views.write_line(f"tenant {one_line(tenant)}: weight {weight}{cap} on every route")
+        cap = f", at most {share.concurrency} calls at once" if share.concurrency else ""
+        budget = f"; ${daily:,.2f} a day (${spent:,.4f} spent today)" if daily else ""
+        views.write_line(
+            f"tenant {one_line(tenant)}: weight {share.weight}{cap} on every route{budget}"
+        )
 
 
 @limits_app.command("show")
 def show_cmd(as_json: JsonOpt = False) -> None:
     """Every route the fleet has called: its limits, calls in flight and waiting,
     cool-down, 429s, failures, waits, calls by tenant, and what the provider last said
-    is left; and the tenants' weights and caps."""
+    is left; and the tenants' weights, caps and daily money budgets (with what each has
+    spent today)."""
     with open_state(Settings()) as state:
         routes = Routes(state.client)
         shown, tenants = routes.show(), routes.tenants()
+        today = state.spend.today(list(tenants))
     if as_json:
         views.print_json(
             {
                 "routes": [_doc(r) for r in shown],
-                "tenants": {t: s.model_dump() for t, s in tenants.items()},
+                "tenants": {
+                    t: {**s.model_dump(), "daily_usd": today[t][1], "spent_today_usd": today[t][0]}
+                    for t, s in tenants.items()
+                },
             }
         )
         return
-    views.table("model routes", [_row(r) for r in shown], COLUMNS)
+    views.table("model routes", [route_row(r) for r in shown], COLUMNS)
     if tenants:
-        rows = [{"tenant": t, "weight": s.weight, "calls at once": s.concurrency or ""}
+        rows = [{"tenant": t, "weight": s.weight, "calls at once": s.concurrency or "",
+                 "daily budget": f"${today[t][1]:,.2f}" if today[t][1] else "",
+                 "spent today": f"${today[t][0]:,.4f}" if today[t][1] else ""}
                 for t, s in tenants.items()]  # fmt: skip
-        views.table("tenants", rows, ["tenant", "weight", "calls at once"])
+        views.table("tenants", rows, ["tenant", "weight", "calls at once", "daily budget",
+                                      "spent today"])  # fmt: skip
 
 
 def _limits_text(limits: RouteLimits) -> str:
@@ -156,7 +190,8 @@ def _doc(r: RouteState) -> dict[str, Any]:
     return {**r.__dict__, "limits": r.limits.model_dump()}
 
 
-def _row(r: RouteState) -> dict[str, Any]:
+def route_row(r: RouteState) -> dict[str, Any]:
+    """A route as ``limits show`` and the dashboard's fleet page show it, a string a cell."""
     waited = f"{r.waits} (avg {r.waited_ms / r.waits / 1000:.1f} s)" if r.waits else "0"
     left = ", ".join(
         f"{v} {what}"

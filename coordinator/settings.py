@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     fallback_after_s: float = Field(
         default=20.0, gt=0, description="how long a call waits on a cooling route before the next"
     )
+    provider_wait_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="how long a model call waits out its routes' limits and outages before "
+        "its attempt fails (then retried after the provider backoff)",
+    )
     tenant: str | None = Field(
         default=None,
         description="the one tenant the CLI reads and acts for (unset: every tenant); "
@@ -145,6 +151,7 @@ class Settings(BaseSettings):
             summary_model=self.summary_model,
             fallbacks=tuple(Fallback.parse(f) for f in self.fallback.split(",") if f.strip()),
             fallback_after_s=self.fallback_after_s,
+            wait_s=self.provider_wait_s,
         )
 
 

@@ -33,6 +33,7 @@ from .errors import (
     StateError,
     SubmitUnconfirmed,
     TaskNotFound,
+    TenantBudgetExceeded,
 )
 from .events import EventLog
 from .models import (
@@ -101,6 +102,7 @@ __all__ = [
     "TaskNotFound",
     "TaskStatus",
     "TaskStore",
+    "TenantBudgetExceeded",
     "TokenBudget",
     "Trust",
     "Usage",

@@ -217,12 +217,15 @@ class Route:
         if not grant.call_id and outcome is Outcome.OK and not self._recovering:
             return  # an unlimited route: nothing was held, nothing to say
         backoff = COOLING.get(outcome.value, COOLING[Outcome.FAILED.value])
+        # A call never admitted (no limits) is settled under an id of its own, so that a
+        # settle re-sent after a lost reply is counted once.
+        settle_id = grant.call_id or f"-|{secrets.token_hex(8)}"
         run_plain(
             self.client,
             "settleCall",
             keys.script_keys("settleCall", route_id=self.id),
             [
-                grant.call_id,
+                settle_id,
                 grant.tokens,
                 used,
                 outcome.value,
@@ -231,6 +234,7 @@ class Route:
                 backoff.cap_ms,
                 remaining_requests,
                 remaining_tokens,
+                "1" if grant.call_id else "",
             ],
         )
         # After a failure, the next success ends the run of failures (the backoff's count);

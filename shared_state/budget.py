@@ -8,16 +8,26 @@ stopped by one (``redfleet retry --token-budget/--budget-usd``). A
 reservation has an id, so a retried reserve or settle (a reply lost on the
 wire) counts once, and one never settled (its worker died mid-call) is
 dropped after ``RESERVATION_TTL_MS``.
+
+A tenant may have a daily money budget too (``DailySpend``, `redfleet limits
+tenant T --daily-usd X`): the call's cost is reserved from it by the same
+script, in the same round trip as the job's, and a call that would overrun
+either is not sent.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 
+import redis
+
 from . import keys
+from .errors import TenantBudgetExceeded
 from .replies import Asked, check
-from .scripts import Runner
+from .scripts import Runner, ScriptResult
 
 # Longer than any model call can take: its wait for admission (``admission.MAX_WAIT_S``,
 # 15 minutes, for each route of a fallback chain) and its answer; a call settled later
@@ -26,6 +36,7 @@ RESERVATION_TTL_MS = 60 * 60 * 1000
 
 
 MICRO = 1_000_000  # the budget hash keeps money in micro-dollars
+FRESH_S = 1.0  # how stale a process's knowledge of which tenants have a daily budget may be
 
 
 @dataclass(frozen=True)
@@ -46,36 +57,108 @@ class Reservation:
     id: str
     tokens: int
     state: BudgetState
+    tenant_key: str = ""  # the tenant's daily budget it also holds money in ("": none)
+
+
+class DailySpend:
+    """Tenants' daily money budgets (``rf:spend:{tenant}``), one per process.
+
+    Which tenants have one is read at most once every ``FRESH_S`` per tenant,
+    so a tenant without one costs its calls nothing.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._limited: dict[str, tuple[float, bool]] = {}  # tenant -> (read at, has one)
+
+    def limited(self, tenant: str) -> bool:
+        with self._lock:
+            known = self._limited.get(tenant)
+            if known is not None and time.monotonic() - known[0] < FRESH_S:
+                return known[1]
+        has = int(self.client.hget(keys.tenant_spend(tenant), "limit_usd") or 0) > 0
+        with self._lock:
+            self._limited[tenant] = (time.monotonic(), has)
+        return has
+
+    def set_limit(self, tenant: str, usd: float) -> None:
+        """Set ``tenant``'s daily money budget for the whole fleet, now (0: none)."""
+        self.client.hset(keys.tenant_spend(tenant), "limit_usd", round(usd * MICRO))
+
+    def today(self, tenants: list[str]) -> dict[str, tuple[float, float]]:
+        """Each tenant's (spent today, daily budget) in USD; (0, 0) for none."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for tenant in tenants:
+            pipe.hmget(keys.tenant_spend(tenant), "limit_usd", "used_usd", "day")
+        (seconds, _), *rows = pipe.execute()
+        day = str(seconds // 86_400)
+        return {
+            t: (
+                (int(used or 0) if (d or b"").decode() == day else 0) / MICRO,
+                int(lim or 0) / MICRO,
+            )
+            for t, (lim, used, d) in zip(tenants, rows, strict=True)
+        }
 
 
 class TokenBudget:
-    def __init__(self, runner: Runner, job_id: str) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        job_id: str,
+        *,
+        tenant: str = "",
+        spend: DailySpend | None = None,
+    ) -> None:
+        """``tenant`` and ``spend``: the job's tenant, whose daily budget (if it has one)
+        each call reserves from as well."""
         self.runner = runner
         self.job_id = job_id
         self.key = keys.budget(job_id)
+        self.tenant = tenant
+        self.spend = spend
 
     def reserve(self, tokens: int, cost_usd: float = 0.0) -> Reservation:
         """Reserve ``tokens`` (costing up to ``cost_usd``) for one call; BudgetExceeded if
-        it would overrun the job's token or money budget."""
-        rid = secrets.token_hex(8)
-        where = keys.script_keys("reserveTokens", self.job_id)
-        res = self.runner.run(
-            "reserveTokens",
-            self.job_id,
-            where,
-            [rid, tokens, RESERVATION_TTL_MS, round(cost_usd * MICRO)],
-        )
-        check("reserveTokens", res, Asked(job_id=self.job_id, tokens=tokens))
-        return Reservation(rid, tokens, _state(res.data))
+        it would overrun the job's token or money budget, or its tenant's for the day."""
+        rid, micro = secrets.token_hex(8), round(cost_usd * MICRO)
+        calls = [(self.job_id, [self.key], [rid, tokens, RESERVATION_TTL_MS, micro])]
+        daily = bool(self.tenant and self.spend and self.spend.limited(self.tenant))
+        tenant_key = keys.tenant_spend(self.tenant) if daily else ""
+        if daily:  # the same script on the tenant's hash, in the same round trip
+            calls.append((self.job_id, [tenant_key], [rid, 0, RESERVATION_TTL_MS, micro, "day"]))
+        job, *tenant = self.runner.run_many("reserveTokens", calls)
+        results = [r for r in (job, *tenant) if not isinstance(r, Exception)]
+        if len(results) < len(calls) or not all(r.ok for r in results):
+            # One refused (or failed): what the other held goes back before it is said.
+            for (_, where, _), r in zip(calls, (job, *tenant), strict=True):
+                if isinstance(r, ScriptResult) and r.ok:
+                    self.runner.run("settleTokens", self.job_id, where, [rid, 0, 0])
+            for r in (job, *tenant):
+                if isinstance(r, Exception):
+                    raise r
+            if tenant and not tenant[0].ok:
+                raise TenantBudgetExceeded(self.tenant, int(tenant[0].data["remaining"]))
+            assert isinstance(job, ScriptResult)
+            check("reserveTokens", job, Asked(job_id=self.job_id, tokens=tokens))
+        assert isinstance(job, ScriptResult)
+        return Reservation(rid, tokens, _state(job.data), tenant_key)
 
     def settle(self, reservation: Reservation, used: int, cost_usd: float = 0.0) -> BudgetState:
         """Give back ``reservation``, charging the ``used`` tokens and ``cost_usd`` (once,
-        however often called)."""
-        where = keys.script_keys("settleTokens", self.job_id)
-        res = self.runner.run(
-            "settleTokens", self.job_id, where, [reservation.id, used, round(cost_usd * MICRO)]
-        )
-        return _state(res.data)
+        however often called), to the job and to its tenant's day."""
+        args = [reservation.id, used, round(cost_usd * MICRO)]
+        calls = [(self.job_id, [self.key], args)]
+        if reservation.tenant_key:
+            calls.append((self.job_id, [reservation.tenant_key], args))
+        job, *tenant = self.runner.run_many("settleTokens", calls)
+        for r in (job, *tenant):
+            if isinstance(r, Exception):
+                raise r
+        assert isinstance(job, ScriptResult)
+        return _state(job.data)
 
     def raise_to(self, *, tokens: int | None = None, usd: float | None = None) -> None:
         """Set the job's token and (or) money budget (0: none), for a job to go on; the

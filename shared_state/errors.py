@@ -16,6 +16,7 @@
     ├── NotBlocked             only a blocked task can be approved or rejected
     ├── QuestionChanged        a decision on a question the task no longer asks
     ├── BudgetExceeded         a model call would overrun the job's token budget
+    │   └── TenantBudgetExceeded   ... or its tenant's money budget for the day
     ├── AdmissionTimedOut      a model call waited its longest for its route's admission
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
@@ -203,6 +204,21 @@ class BudgetExceeded(StateError):
         self.wanted = wanted
         self.remaining = remaining
         self.which = which
+
+
+class TenantBudgetExceeded(BudgetExceeded):
+    """Reserving this call would overrun its tenant's money budget for the day."""
+
+    def __init__(self, tenant: str, remaining: int) -> None:
+        StateError.__init__(
+            self,
+            f"tenant {tenant}: a call would overrun its daily money budget "
+            f"(${remaining / 1e6:.4f} left today); `redfleet limits tenant {tenant} "
+            "--daily-usd N` raises it, and `redfleet retry JOB` continues the job",
+        )
+        self.tenant = tenant
+        self.remaining = remaining
+        self.which = "tenant_usd"
 
 
 class AdmissionTimedOut(StateError):

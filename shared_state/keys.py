@@ -38,12 +38,16 @@ Model routes (``admission``): one provider's model at one endpoint, shared by th
 fleet, each under a hash tag of its own:
 
     rf:routes                    set    route ids seen (limits show lists them)
+    rf:spend:{<tenant>}          hash   a tenant's daily money budget: limit_usd, used_usd and
+                                        reserved_usd today (micro-dollars), day, r:<id>
     rf:route:{<route>}           hash   limits (rpm, tpm, concurrency), token buckets,
                                         cool-down, counters, what the provider said is left
     rf:route:{<route>}:inflight  zset   admitted call id -> when its slot is given back (ms)
     rf:route:{<route>}:waiting   zset   waiting call id -> first asked (ms): the queue
     rf:route:{<route>}:asked     zset   waiting call id -> last asked (ms)
     rf:route:{<route>}:vclock    hash   fair queueing's virtual clocks; when each waiter asked
+    rf:route:{<route>}:settled   zset   settle id -> ms: settles of calls never admitted (an
+                                        unlimited route's), kept 10 min against a re-send
     rf:admission:tenants         hash   weight:<tenant>, cap:<tenant> (calls at once a route)
 
 Long-term memory (``memory``) keeps each tenant's items under one hash tag of
@@ -195,6 +199,14 @@ def route_vclock(route_id: str) -> str:
     return f"{route(route_id)}:vclock"
 
 
+def route_settled(route_id: str) -> str:
+    return f"{route(route_id)}:settled"
+
+
+def tenant_spend(tenant: str) -> str:
+    return f"{PREFIX}:spend:{{{tenant}}}"
+
+
 def memory_prefix(tenant: str) -> str:
     return f"{PREFIX}:mem:{{{tenant}}}:"
 
@@ -326,7 +338,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "reserveTokens": ("budget",),
     "resumeJob": _JOB,
     "retryJob": _JOB,
-    "settleCall": ("route", "route_inflight"),
+    "settleCall": ("route", "route_inflight", "route_settled"),
     "settleTokens": ("budget",),
     "spawnChildren": (*_TASK, "journal"),
     "storeArtifact": ("artifact", "artifacts", "job"),
@@ -363,6 +375,7 @@ def script_keys(
         "route_waiting": lambda: route_waiting(route_id),
         "route_asked": lambda: route_asked(route_id),
         "route_vclock": lambda: route_vclock(route_id),
+        "route_settled": lambda: route_settled(route_id),
         "WORKERS": lambda: WORKERS,
         "EVENTS": lambda: EVENTS,
         "METRICS": lambda: METRICS,

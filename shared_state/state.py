@@ -11,7 +11,7 @@ import redis
 from . import keys
 from .admission import Routes
 from .artifacts import ArtifactNotFound, ArtifactStore
-from .budget import TokenBudget
+from .budget import DailySpend, TokenBudget
 from .client import ClientOptions, connect
 from .delivery import Delivery
 from .errors import ConnectionFailed, JobNotFound
@@ -55,6 +55,7 @@ class State:
         self.memory = MemoryStore(client, embedder="default")  # a write embeds its item
         self.memory_files = MemoryFiles(client)
         self.routes = Routes(client)  # the model routes' shared limits (``admission``)
+        self.spend = DailySpend(client)  # the tenants' daily money budgets
         self._recall: Recall | None = None
         self.tenant: str | None = None  # see ``for_tenant``
 
@@ -121,10 +122,11 @@ class State:
             self._recall = Recall(self.memory)
         return self._recall
 
-    def budget(self, job_id: str) -> TokenBudget:
-        """The token budget every model call of ``job_id`` reserves from."""
+    def budget(self, job_id: str, tenant: str = "") -> TokenBudget:
+        """The token budget every model call of ``job_id`` reserves from (and, given the
+        job's ``tenant``, that tenant's daily money budget, if it has one)."""
         self.jobs.check(job_id)
-        return TokenBudget(self.runner, job_id)
+        return TokenBudget(self.runner, job_id, tenant=tenant, spend=self.spend)
 
     def usage(self, job_id: str) -> JobUsage:
         """The job's model usage, recorded after every call."""

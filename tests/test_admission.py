@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from shared_state import JobSpec, Scenario, State, keys
+from shared_state import JobSpec, Scenario, State, TenantBudgetExceeded, keys
 from shared_state.admission import (
     Grant,
     Outcome,
@@ -265,6 +265,16 @@ def test_a_lost_reply_of_the_admission_scripts_is_re_sent_and_counted_once(
     assert float(state.client.hget(keys.route("r"), "tok")) == 1_000 - 100  # refunded once
     assert state.client.zcard(keys.route_inflight("r")) == 0
 
+    # A route without limits admits without asking; its failure, re-sent, counts once.
+    free = Route(remote.client, "free")
+    grant = free.acquire(300)
+    assert grant.call_id == ""
+    lose_reply_to(proxy, "settleCall")
+    free.settle(grant, used=0, outcome=Outcome.FAILED)
+    assert proxy.dropped == 3
+    failed, failures = state.client.hmget(keys.route("free"), "failed", "failures")
+    assert (int(failed), int(failures)) == (1, 1)  # the cool-down was not doubled
+
 
 def test_a_call_that_died_gives_its_slot_back_when_its_lease_ends(state: State) -> None:
     state.routes.set_limits("r", RouteLimits(concurrency=1))
@@ -464,6 +474,43 @@ def test_a_job_its_money_budget_stopped_goes_on_after_retry_with_a_raised_one(
     spent, limit = state.budget(job.job_id).spent_usd()
     assert spent > 0.005 and limit == 5
     assert abs(spent - state.usage(job.job_id).get().cost_usd) < 1e-5  # what usage says it cost
+
+
+def test_a_tenants_daily_budget_stops_its_jobs_and_they_go_on_once_it_is_raised(
+    state: State, redis_url: str, start_fleet
+) -> None:
+    set_it = run("limits", "tenant", "acme", "--daily-usd", "0.005", "--json", url=redis_url)
+    assert set_it.returncode == 0, set_it.stderr
+    assert json.loads(set_it.stdout)["daily_usd"] == 0.005
+    with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
+        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000,
+                    worker_env=openai_env(api.url))  # fmt: skip
+        # No budget of its own: the tenant's day stops it, within its first few calls.
+        job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, tenant="acme"))
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the stop")
+        stopped = state.jobs.get(job.job_id)
+        assert stopped.status == "failed" and "tenant acme" in stopped.reason, stopped.reason
+        assert "daily money budget" in stopped.reason
+        spent, limit = state.spend.today(["acme"])["acme"]
+        assert 0 < spent <= limit == 0.005  # never overspent, however many slots called
+        # Another tenant's calls are not held by acme's budget.
+        other = state.jobs.submit(JobSpec(goal=GOAL, tenant="zen"))
+        with pytest.raises(TenantBudgetExceeded, match="tenant acme"):
+            state.budget(job.job_id, "acme").reserve(100, 0.01)
+        held = state.budget(other.job_id, "zen").reserve(100, 0.01)
+        state.budget(other.job_id, "zen").settle(held, 0)
+
+        # Raised (the weight kept), the job goes on where it stopped.
+        assert run("limits", "tenant", "acme", "--weight", "3", url=redis_url).returncode == 0
+        raised = run("limits", "tenant", "acme", "--daily-usd", "5", url=redis_url)
+        assert "weight 3" in raised.stdout and "$5.00 a day" in raised.stdout, raised.stdout
+        assert run("retry", job.job_id, url=redis_url).returncode == 0
+        wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the job")
+    assert state.jobs.get(job.job_id).status == "succeeded"
+    shown = json.loads(run("limits", "show", "--json", url=redis_url).stdout)["tenants"]["acme"]
+    assert shown["weight"] == 3 and shown["daily_usd"] == 5
+    # Today's spend is what acme's job cost (zen's is not counted against acme).
+    assert abs(shown["spent_today_usd"] - state.usage(job.job_id).get().cost_usd) < 1e-5
 
 
 def test_each_routes_admission_is_in_the_metrics(state: State) -> None:

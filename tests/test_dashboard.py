@@ -306,3 +306,27 @@ def test_the_token_redirect_never_leaves_the_site(state: State) -> None:
         assert given.status_code == 303, path
         location = given.headers["location"]
         assert location.startswith("/") and not location.startswith(("//", "/\\")), location
+
+
+def test_the_fleet_page_shows_each_routes_use_and_a_tenant_sees_only_its_own_calls(
+    state: State, web: TestClient
+) -> None:
+    from shared_state.admission import Outcome, RouteLimits
+
+    name = "openai:gpt-4.1-mini@127.0.0.1:9/v1"
+    state.routes.set_limits(name, RouteLimits(rpm=600, concurrency=4))
+    route = state.routes.route(name)
+    for tenant in ("alpha", "beta", "beta"):
+        route.settle(route.acquire(100, tenant=tenant), used=80)
+    route.settle(route.acquire(100, tenant="alpha"), used=0, outcome=Outcome.LIMITED,
+                 retry_after_ms=30_000)  # fmt: skip
+    doc = web.get("/api/workers").json()["routes"]
+    (row,) = [r for r in doc["rows"] if r["route"] == name]
+    assert doc["columns"][0] == "route" and set(doc["columns"]) == set(row)
+    assert (row["limits"], row["calls"], row["429s"]) == ("600 rpm, 4 at once", 4, 1)
+    assert row["by tenant"] == "alpha 2, beta 2" and row["cooling"].endswith("(limited)")
+
+    scoped = TestClient(create_app(state, tokens={"t-alpha": "alpha"}))
+    mine = scoped.get("/api/workers", headers={"Authorization": "Bearer t-alpha"}).json()
+    (row,) = [r for r in mine["routes"]["rows"] if r["route"] == name]
+    assert row["by tenant"] == "alpha 2"  # beta's calls are beta's

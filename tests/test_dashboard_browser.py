@@ -161,3 +161,24 @@ def test_a_gated_call_is_approved_with_the_pages_button(
     assert job.status.value == "succeeded", job.reason
     assert decided.model_extra["by"] == "dashboard:operator"  # who decided, on the record
     assert problems == []
+
+
+def test_the_fleet_page_shows_the_model_routes_as_text(
+    state: State, dashboard: str, chromium: Browser
+) -> None:
+    from shared_state.admission import RouteLimits
+
+    hostile = f"openai:{HOSTILE}@127.0.0.1:9/v1"  # a route is named by whoever set its limits
+    state.routes.set_limits(hostile, RouteLimits(rpm=60))
+    page = chromium.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on("dialog", lambda d: problems.append(f"a dialog opened: {d.message}"))
+    page.goto(dashboard + "/workers")
+    row = page.locator("#routes tbody tr")
+    expect(row).to_have_count(1, timeout=10_000)
+    expect(row.locator("td").first).to_have_text(hostile)
+    expect(row.locator("td").nth(1)).to_have_text("60 rpm")
+    expect(page.locator("#routes thead th").first).to_have_text("route")
+    assert page.locator("img").count() == 0
+    assert problems == []

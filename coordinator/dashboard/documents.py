@@ -9,6 +9,7 @@ artifacts. Times are Redis time (``now_ms``), the clock leases run on.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +20,7 @@ from workers.roles.features import FeatureList, VerdictList
 
 from .. import views
 from ..api import RENEWED, Client
+from ..limits_cli import COLUMNS, route_row
 
 INITIAL_EVENTS = 200  # a job page starts with the last events; later polls ask for the rest
 EVENTS_PER_ANSWER = 1_000  # a poll's events at most: ``more`` says the next poll has others
@@ -171,7 +173,8 @@ def artifact(state: State, job_id: str, artifact_id: str, offset: int = 0) -> di
 
 
 def workers(state: State) -> dict[str, Any]:
-    """Live heartbeats with every field they carry, live claims, and queue depths.
+    """Live heartbeats with every field they carry, live claims, queue depths, and the
+    model routes as ``limits show`` has them (a tenant's reader sees its own calls).
 
     The fields this version knows are typed as ``redfleet workers --json`` has
     them; a newer worker's others are passed on as the strings they are (not to
@@ -181,8 +184,15 @@ def workers(state: State) -> dict[str, Any]:
     records = state.workers.records()
     if state.tenant is not None:  # a tenant's view: the typed fields, its own tasks only
         records = [{"worker_id": r["worker_id"]} for r in records if r["worker_id"] in known]
+    routes = state.routes.show()
+    if state.tenant is not None:  # other tenants' calls are theirs to see
+        routes = [
+            replace(r, by_tenant={t: n for t, n in r.by_tenant.items() if t == state.tenant})
+            for r in routes
+        ]
     return {
         "workers": [{**rec, **known.get(rec["worker_id"], {})} for rec in records],
         "claims": views.claims_doc(state),
         "queues": state.delivery.depths(),
+        "routes": {"columns": COLUMNS, "rows": [route_row(r) for r in routes]},
     }

@@ -16,13 +16,20 @@
   its cost at its route's prices (micro-dollars: limit_usd, used_usd,
   reserved_usd), and is refused when either budget would be overrun.
 
+  A tenant's daily money budget is the same hash under the tenant's key,
+  reserved from in the same round trip (ARGV[5] = 'day'): what it used is
+  counted from 0 again on the first reservation of each day (UTC, on Redis
+  time); reservations held over midnight are settled into the new day.
+
   KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, limit_usd, used_usd,
-                                              reserved_usd, r:<id>; a limit 0 = none)
+                                              reserved_usd, r:<id>; a limit 0 = none),
+                           or rf:spend:{tenant} (the same, and day)
 
   ARGV[1] reservation id
   ARGV[2] tokens to reserve
   ARGV[3] ms after which an unsettled reservation is dropped
   ARGV[4] micro-dollars to reserve (its cost at the route's prices; 0: none)
+  ARGV[5] 'day' for a tenant's daily budget, else absent
 
   Returns {code, data, events}
      1  reserved (or already reserved under this id); data = limit, used, reserved
@@ -43,14 +50,20 @@ if redis.call('HEXISTS', key, field) == 1 then
   return reply(1, {limit = limit, used = used, reserved = reserved})
 end
 
--- Drop the reservations of calls that can no longer be settled.
 local now = nowMs()
+if ARGV[5] == 'day' then
+  local day = tostring(math.floor(now / 86400000))
+  if redis.call('HGET', key, 'day') ~= day then
+    redis.call('HSET', key, 'day', day, 'used', 0, 'used_usd', 0)
+  end
+end
+-- Drop the reservations of calls that can no longer be settled.
 local all = redis.call('HGETALL', key)
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'r:' then
     local tokens, expires, held = string.match(all[i + 1], '^(%d+) (%d+) ?(%d*)$')
     if tonumber(expires) <= now then
-      redis.call('HINCRBY', key, 'reserved', -tonumber(tokens))
+      redis.call('HINCRBY', key, 'reserved', 0 - tonumber(tokens))  -- never "-0"
       if held ~= '' and tonumber(held) > 0 then
         redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(held))
       end

@@ -21,7 +21,7 @@ local held = redis.call('HGET', key, field)
 local settled = false
 if held then
   local tokens, _, cost = string.match(held, '^(%d+) (%d+) ?(%d*)$')
-  redis.call('HINCRBY', key, 'reserved', -tonumber(tokens))
+  redis.call('HINCRBY', key, 'reserved', 0 - tonumber(tokens))  -- never "-0"
   redis.call('HINCRBY', key, 'used', tonumber(ARGV[2]))
   -- (Lua writes minus zero as "-0", which HINCRBY refuses: nothing to give back then.)
   if cost ~= '' and tonumber(cost) > 0 then

@@ -310,10 +310,11 @@ class HttpProvider:
         routes: Routes | None = None,
         tenant: str = "default",
         priority: int = 0,
+        max_wait_s: float = MAX_WAIT_S,
     ) -> None:
         """``routes``: the fleet's, so that every call is admitted by its route's shared
-        limits (``shared_state.admission``) — as ``tenant``'s, at ``priority``; None: this
-        process's retries only."""
+        limits (``shared_state.admission``) — as ``tenant``'s, at ``priority``, waiting out
+        limits and outages for up to ``max_wait_s``; None: this process's retries only."""
         self.model = model
         base = (base_url or self.default_base_url).rstrip("/")
         self.url = base + self.path
@@ -322,5 +323,10 @@ class HttpProvider:
         self.route_id = route_id(self.name, model, base)
         route = routes.route(self.route_id) if routes is not None else None
         self.http = http or HttpJson(
-            self.name, retry or RetryPolicy(), route=route, tenant=tenant, priority=priority
+            self.name,
+            retry or RetryPolicy(),
+            route=route,
+            max_wait_s=max_wait_s,
+            tenant=tenant,
+            priority=priority,
         )

@@ -22,7 +22,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared_state import Job
-from shared_state.admission import Routes
+from shared_state.admission import MAX_WAIT_S, Routes
 
 from .anthropic import AnthropicProvider
 from .base import HttpProvider, Provider
@@ -78,6 +78,8 @@ class ProviderChoice(BaseModel):
     # Routes to fall back to, in order, when the model's route cools past ``fallback_after_s``.
     fallbacks: tuple[Fallback, ...] = ()
     fallback_after_s: float = Field(default=FALLBACK_AFTER_S, gt=0)
+    # How long a call waits out its routes' limits and outages before its attempt fails.
+    wait_s: float = Field(default=MAX_WAIT_S, gt=0)
 
     @model_validator(mode="after")
     def _model_given(self) -> ProviderChoice:
@@ -114,11 +116,11 @@ class ProviderChoice(BaseModel):
         of every role), in order, after the model."""
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedProvider(load_scenario(self.script), script_key)
-        primary = _http(self.provider, self.model, self.base_url, routes, job)
+        primary = _http(self.provider, self.model, self.base_url, routes, job, self.wait_s)
         chain = [f for f in self.fallbacks if f.role in ("", role)]
         if routes is None or not chain:
             return primary
-        rest = [_http(f.provider, f.model, f.base_url, routes, job) for f in chain]
+        rest = [_http(f.provider, f.model, f.base_url, routes, job, self.wait_s) for f in chain]
         return Failover([primary, *rest], after_s=self.fallback_after_s)
 
     def open_summaries(
@@ -129,7 +131,7 @@ class ProviderChoice(BaseModel):
             return None
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedSummaryModel(self.summary_model)
-        return _http(self.provider, self.summary_model, self.base_url, routes, job)
+        return _http(self.provider, self.summary_model, self.base_url, routes, job, self.wait_s)
 
 
 def _http(
@@ -138,7 +140,8 @@ def _http(
     base_url: str | None,
     routes: Routes | None,
     job: Job | None,
+    wait_s: float,
 ) -> HttpProvider:
     kind = OpenAIProvider if provider is ProviderName.OPENAI else AnthropicProvider
     who = {"tenant": job.tenant, "priority": job.priority} if job is not None else {}
-    return kind(model, base_url=base_url, routes=routes, **who)
+    return kind(model, base_url=base_url, routes=routes, max_wait_s=wait_s, **who)

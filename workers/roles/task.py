@@ -253,7 +253,7 @@ class AgentTask:
             toolbox,
             self.context,
             ledger=self.ledger,
-            budget=self.run.state.budget(self.task.job_id),
+            budget=self.run.state.budget(self.task.job_id, self.run.job.tenant),
             limits=AgentLimits(),
         )
         if self.run.job.workspace:
@@ -335,7 +335,9 @@ class AgentTask:
         provider = self.choice.open_summaries(routes=self.run.state.routes, job=self.run.job)
         if provider is None:
             return None
-        summarizer = ModelSummarizer(provider, budget=self.run.state.budget(self.task.job_id))
+        summarizer = ModelSummarizer(
+            provider, budget=self.run.state.budget(self.task.job_id, self.run.job.tenant)
+        )
 
         def condense(text: str, tokens: int) -> str:
             try:

@@ -518,6 +518,11 @@ function workersPage() {
         el("td", {}, link(jobHref(c.job_id), c.job_id)),
         el("td", {}, c.role), el("td", {}, c.owner), el("td", { class: "num" }, c.token),
         el("td", { class: "num" }, `${(c.lease_remaining_ms / 1000).toFixed(1)} s`))));
+    // Model routes as `redfleet limits show` has them: each cell already a string.
+    document.querySelector("#routes thead tr").replaceChildren(
+      ...doc.routes.columns.map((c) => el("th", {}, c)));
+    fill(document.querySelector("#routes tbody"), doc.routes.rows.map((r) =>
+      el("tr", { "data-route": r.route }, ...doc.routes.columns.map((c) => el("td", {}, r[c] ?? "")))));
   });
 }
 

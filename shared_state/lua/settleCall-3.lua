@@ -8,9 +8,10 @@
 
   KEYS[1] the route's hash    rf:route:{<route>}
   KEYS[2] calls in flight     rf:route:{<route>}:inflight
+  KEYS[3] settled calls       rf:route:{<route>}:settled (the never admitted, for 10 min)
 
-  ARGV[1] call id, "<tenant>|<id>" ('' for a call the route never admitted: an
-          unlimited route)
+  ARGV[1] call id, "<tenant>|<id>" (a call the route never admitted, on an
+          unlimited route, has an id of its settle's own)
   ARGV[2] tokens it was admitted for    ARGV[3] tokens it used
   ARGV[4] outcome: 'ok', 'limited' (429, 529: the provider asks to slow down)
           or 'failed' (no answer: a connection error, a 5xx)
@@ -19,23 +20,32 @@
           Retry-After too: a route is tried again at least that often
   ARGV[8] requests the provider says remain ('' not said)
   ARGV[9] tokens the provider says remain ('' not said)
+  ARGV[10] '1': the call was admitted (it holds a slot in flight); '': not
 
   Idempotent per call id: a settle re-sent after a lost reply finds the call
-  gone from the in-flight set and changes nothing.
+  gone from the in-flight set (or, never admitted, its id among those
+  settled) and changes nothing.
 
   Returns {code, data, events} (no events)
      1  data = settled (1, or 0: already settled), cool_until (ms, 0 none)
 ]]
 --- @include "common"
 
-local route, inflight = KEYS[1], KEYS[2]
+local route, inflight, settled = KEYS[1], KEYS[2], KEYS[3]
 local id, admitted, used, outcome = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local now = nowMs()
+local SETTLED_MS = 600000
 
-if id ~= '' and redis.call('ZREM', inflight, id) == 0 then
+local function already()
   return reply(1, {settled = 0, cool_until = tonumber(redis.call('HGET', route, 'cool_until') or 0)})
 end
-if id ~= '' then redis.call('HINCRBY', route, 'in:' .. (string.match(id, '^(.*)|') or ''), -1) end
+if ARGV[10] == '1' then
+  if redis.call('ZREM', inflight, id) == 0 then return already() end
+  redis.call('HINCRBY', route, 'in:' .. (string.match(id, '^(.*)|') or ''), -1)
+else
+  redis.call('ZREMRANGEBYSCORE', settled, '-inf', now - SETTLED_MS)
+  if redis.call('ZADD', settled, 'NX', now, id) == 0 then return already() end
+end
 local c = redis.call('HMGET', route, 'rpm', 'tpm', 'tok', 'cool_until')
 local rpm, tpm = tonumber(c[1]) or 0, tonumber(c[2]) or 0
 local coolUntil = tonumber(c[4]) or 0
