@@ -1,4 +1,5 @@
-"""``redfleet limits``: each model route's shared limits, set for the whole fleet, and its use.
+"""``redfleet limits``: each model route's shared limits, set for the whole fleet, and its use;
+each tenant's share, cap and daily money budget.
 
 A route is a provider's model at one endpoint, named as the workers call it
 (``openai:gpt-4.1-mini@api.openai.com/v1``; ``limits show`` lists every route
@@ -28,7 +29,8 @@ limits_app = typer.Typer(
     help=(
         "Shared limits of model routes: requests and tokens per minute and calls at once,\n"
         "for the whole fleet. A route is provider:model@endpoint, e.g.\n"
-        "openai:gpt-4.1-mini@api.openai.com/v1 (`limits show` lists those called so far)."
+        "openai:gpt-4.1-mini@api.openai.com/v1 (`limits show` lists those called so far).\n"
+        "And tenants' shares of a busy route, caps, and money budgets a day."
     ),
     no_args_is_help=True,
 )
