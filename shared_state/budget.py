@@ -129,22 +129,22 @@ class TokenBudget:
         tenant_key = keys.tenant_spend(self.tenant) if daily else ""
         if daily:  # the same script on the tenant's hash, in the same round trip
             calls.append((self.job_id, [tenant_key], [rid, 0, RESERVATION_TTL_MS, micro, "day"]))
-        job, *tenant = self.runner.run_many("reserveTokens", calls)
-        results = [r for r in (job, *tenant) if not isinstance(r, Exception)]
-        if len(results) < len(calls) or not all(r.ok for r in results):
-            # One refused (or failed): what the other held goes back before it is said.
-            for (_, where, _), r in zip(calls, (job, *tenant), strict=True):
-                if isinstance(r, ScriptResult) and r.ok:
-                    self.runner.run("settleTokens", self.job_id, where, [rid, 0, 0])
-            for r in (job, *tenant):
-                if isinstance(r, Exception):
-                    raise r
-            if tenant and not tenant[0].ok:
-                raise TenantBudgetExceeded(self.tenant, int(tenant[0].data["remaining"]))
+        replies = self.runner.run_many("reserveTokens", calls)
+        job = replies[0]
+        if all(isinstance(r, ScriptResult) and r.ok for r in replies):
             assert isinstance(job, ScriptResult)
-            check("reserveTokens", job, Asked(job_id=self.job_id, tokens=tokens))
-        assert isinstance(job, ScriptResult)
-        return Reservation(rid, tokens, _state(job.data), tenant_key)
+            return Reservation(rid, tokens, _state(job.data), tenant_key)
+        # One refused (or failed): what the other holds goes back before it is said.
+        for (_, where, _), r in zip(calls, replies, strict=True):
+            if isinstance(r, ScriptResult) and r.ok:
+                self.runner.run("settleTokens", self.job_id, where, [rid, 0, 0])
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        day = replies[-1]
+        assert isinstance(job, ScriptResult) and isinstance(day, ScriptResult)
+        check("reserveTokens", job, Asked(job_id=self.job_id, tokens=tokens))  # the job's
+        raise TenantBudgetExceeded(self.tenant, int(day.data["remaining"]))
 
     def settle(self, reservation: Reservation, used: int, cost_usd: float = 0.0) -> BudgetState:
         """Give back ``reservation``, charging the ``used`` tokens and ``cost_usd`` (once,

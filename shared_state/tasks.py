@@ -306,7 +306,7 @@ class TaskStore:
     def reap(self, job_id: str, task_id: str) -> str | None:
         """End an expired attempt; returns 'requeued', 'dead', or None if the lease is live.
 
-        A requeued task waits out a lost worker's backoff first."""
+        A requeued task waits out a lost worker's backoff (``backoff.RETRY``) first."""
         res = self.runner.run(
             "reapTask",
             job_id,

@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 
-from shared_state import JobSpec, Scenario, State, TenantBudgetExceeded, keys
+from shared_state import (
+    BudgetExceeded,
+    JobSpec,
+    Scenario,
+    State,
+    TenantBudgetExceeded,
+    keys,
+)
 from shared_state.admission import (
     Grant,
     Outcome,
@@ -511,6 +518,24 @@ def test_a_tenants_daily_budget_stops_its_jobs_and_they_go_on_once_it_is_raised(
     assert shown["weight"] == 3 and shown["daily_usd"] == 5
     # Today's spend is what acme's job cost (zen's is not counted against acme).
     assert abs(shown["spent_today_usd"] - state.usage(job.job_id).get().cost_usd) < 1e-5
+
+
+def test_a_call_refused_by_either_budget_holds_nothing_in_the_other(state: State) -> None:
+    state.spend.set_limit("acme", 0.05)
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme", budget_usd=0.02))
+    budget = state.budget(job.job_id, "acme")
+    with pytest.raises(BudgetExceeded) as refused:  # the job's: $0.03 > $0.02
+        budget.reserve(100, 0.03)
+    assert not isinstance(refused.value, TenantBudgetExceeded)
+    held = budget.reserve(100, 0.015)
+    other = state.jobs.submit(JobSpec(goal="g", tenant="acme", budget_usd=1))
+    with pytest.raises(TenantBudgetExceeded):  # the day's: $0.015 held + $0.04 > $0.05
+        state.budget(other.job_id, "acme").reserve(100, 0.04)
+    budget.settle(held, 90, 0.01)
+    assert state.client.hmget(keys.budget(other.job_id), "reserved", "reserved_usd") == [b"0", b"0"]
+    day = state.client.hmget(keys.tenant_spend("acme"), "reserved_usd", "used_usd")
+    assert day == [b"0", b"10000"]  # only what was spent, in micro-dollars
+    assert state.spend.today(["acme"]) == {"acme": (0.01, 0.05)}
 
 
 def test_each_routes_admission_is_in_the_metrics(state: State) -> None:
