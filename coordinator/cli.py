@@ -48,7 +48,7 @@ from .limits_cli import limits_app, load_limits
 from .memory_cli import memory_app
 from .patch import FileDiff
 from .reaper import Reaper
-from .settings import Settings
+from .settings import Durability, Settings
 from .text import markup_safe, multi_line, one_line
 
 app = typer.Typer(
@@ -257,6 +257,15 @@ def up(
             '{"rpm": 500, "tpm": 200000, "concurrency": 50}} (see `redfleet limits`).',
         ),
     ] = None,
+    durability: Annotated[
+        Durability | None,
+        typer.Option(
+            "--durability",
+            help="replicated: every claim, completion, spawn and journal entry waits for "
+            "a replica's acknowledgement, so a Redis failover loses none of them "
+            "(default: REDFLEET_DURABILITY, else default).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a supervised fleet: one OS process per worker, plus the reaper.
@@ -291,10 +300,13 @@ def up(
     and hung (--json: the counts as JSON).
     """
     settings = Settings()
+    if durability is not None:
+        settings = settings.model_copy(update={"durability": durability})
     logs.configure(settings.log_level)
     choice, worker_env = _provider_env(
         settings, provider, model, base_url, script, summary_model, fallback
     )
+    worker_env = (*worker_env, ("REDFLEET_DURABILITY", settings.durability.value))
     route_limits = load_limits(limits) if limits is not None else {}
     url = redis_url(settings)
     spec = FleetSpec(
@@ -322,7 +334,9 @@ def up(
         print(f"redfleet: fleet of {fleet_of}, provider {described}", file=sys.stderr)
         source = "REDIS_URL" if settings.redis_url else f"embedded server in {settings.home}"
         where = one_line(redact(f"{url} ({source})"))
-        print(f"redfleet: Redis {where}", file=sys.stderr)
+        replicated = settings.durability is Durability.REPLICATED
+        acked = ", writes acknowledged by a replica" if replicated else ""
+        print(f"redfleet: Redis {where}{acked}", file=sys.stderr)
     with open_state(settings, url, serving=True) as state:
         if metrics_port is not None:
             metrics.serve(state, metrics_port, metrics_host)

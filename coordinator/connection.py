@@ -39,7 +39,7 @@ from shared_state.client import ClientOptions, connect
 from shared_state.server import wait_until_loaded
 
 from .errors import CoordinatorError
-from .settings import Settings
+from .settings import Durability, Settings
 
 START_TIMEOUT_S = 60.0  # answering and loading: a large append-only file takes a while
 
@@ -181,5 +181,6 @@ def open_state(settings: Settings, url: str | None = None, *, serving: bool = Fa
         retention_s=settings.retention_s,
         job_maxlen=settings.job_stream_maxlen,
         global_maxlen=settings.events_maxlen,
+        replicas=1 if settings.durability is Durability.REPLICATED else 0,
     )
     return state if serving else state.for_tenant(settings.tenant)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
@@ -10,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared_state.client import SENTINEL_SCHEME, SENTINEL_URL, SentinelTarget
 from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.heartbeat import DEFAULT_STUCK_AFTER_S
@@ -18,7 +20,17 @@ from workers.llm.choice import Fallback
 
 from .importer import MAX_FILE_BYTES, MAX_TOTAL_BYTES, ImportLimits
 
-_REDIS_URL_FORMS = "redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix://PATH[?db=DB]"
+_REDIS_URL_FORMS = (
+    f"redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB], unix://PATH[?db=DB] or {SENTINEL_URL}"
+)
+
+
+class Durability(StrEnum):
+    """When a write is done: once the primary has it (default), or once a replica has it
+    too (replicated: a failover cannot lose it; see the README's durability table)."""
+
+    DEFAULT = "default"
+    REPLICATED = "replicated"
 
 
 class Settings(BaseSettings):
@@ -75,6 +87,11 @@ class Settings(BaseSettings):
     )
     fallback_after_s: float = Field(
         default=20.0, gt=0, description="how long a call waits on a cooling route before the next"
+    )
+    durability: Durability = Field(
+        default=Durability.DEFAULT,
+        description="replicated: every claim, completion, spawn and journal entry waits "
+        "for a replica's acknowledgement (WAIT), so a failover cannot lose it",
     )
     provider_wait_s: float = Field(
         default=900.0,
@@ -157,6 +174,12 @@ class Settings(BaseSettings):
 
 def _redis_url_problem(url: str) -> str | None:
     """What is wrong with ``url`` as a Redis URL, or None (the password never appears)."""
+    if url.startswith(f"{SENTINEL_SCHEME}://"):
+        try:
+            SentinelTarget.parse(url)
+        except ValueError as exc:
+            return str(exc)
+        return None
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises ValueError for a port that is not a number

@@ -8,6 +8,13 @@ before reusing an idle connection, and retries of connection errors and
 timeouts with jittered exponential backoff — long enough to ride out a Redis
 restart. A retry re-sends the same command, so every script is idempotent
 for its caller (see ``lua/``): a reply lost on the wire never doubles an effect.
+
+A Sentinel deployment is named by a URL of its own (``SENTINEL_URL``):
+``redis+sentinel://[:password@]host:port[,host:port...]/<master>[/<db>]``,
+the sentinels' password, if they have one, as ``?sentinel_password=...``.
+Its clients ask the sentinels where the primary is on every new connection,
+so a failover is ridden out by the same retries as a restart: the
+connections to the old primary fail, and the retries connect to the new one.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 import redis
 from redis.backoff import EqualJitterBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .errors import ConnectionFailed
 from .redact import redact
@@ -102,13 +111,84 @@ class Client(redis.Redis):
         return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_URL = f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/<db>]"
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A Sentinel deployment's primary, as a ``redis+sentinel://`` URL names it."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None  # the data nodes'
+    sentinel_password: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelTarget:
+        """ValueError (naming what is wrong, never a password) for a malformed URL."""
+        rest = url.removeprefix(f"{SENTINEL_SCHEME}://")
+        rest, _, query = rest.partition("?")
+        where, _, path = rest.partition("/")
+        userinfo, at, hosts = where.rpartition("@")
+        if not at:
+            hosts, userinfo = where, ""
+        username, _, password = userinfo.partition(":")
+        sentinels = []
+        for host in hosts.split(","):
+            name, colon, port = host.rpartition(":") if ":" in host else (host, "", "")
+            if not name or (colon and not port.isdigit()):
+                raise ValueError(f"sentinel address {host!r}: expected host:port")
+            sentinels.append((name, int(port) if colon else SENTINEL_PORT))
+        master, _, db = path.partition("/")
+        if not master:
+            raise ValueError("no master name")
+        if db and not db.isdigit():
+            raise ValueError(f"database {db!r} is not a number")
+        given = parse_qs(query).get("sentinel_password", [None])[-1]
+        return cls(
+            sentinels=tuple(sentinels),
+            master=unquote(master),
+            db=int(db or 0),
+            username=unquote(username) or None,
+            password=unquote(password) or None,
+            sentinel_password=given,
+        )
+
+
 def connect(url: str, options: ClientOptions | None = None) -> Client:
     """A client for ``url`` (not yet connected); ConnectionFailed for a malformed URL."""
+    options = options or ClientOptions()
     try:
+        if url.startswith(f"{SENTINEL_SCHEME}://"):
+            return _primary(SentinelTarget.parse(url), options)
         tcp = not url.startswith("unix:")
-        return Client.from_url(url, **(options or ClientOptions()).kwargs(tcp=tcp))
+        return Client.from_url(url, **options.kwargs(tcp=tcp))
     except ValueError as exc:
         raise ConnectionFailed(redact(f"bad Redis URL {url!r}: {exc}")) from exc
+
+
+def _primary(target: SentinelTarget, options: ClientOptions) -> Client:
+    """A client of the deployment's primary, wherever the sentinels say it is now."""
+    asked = {
+        "socket_timeout": options.connect_timeout_s,
+        "socket_connect_timeout": options.connect_timeout_s,
+        "password": target.sentinel_password,
+    }
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=asked)
+    client = sentinel.master_for(
+        target.master,
+        redis_class=Client,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        **options.kwargs(tcp=True),
+    )
+    assert isinstance(client, Client)
+    return client
 
 
 def sibling(client: redis.Redis, options: ClientOptions, *, for_rq: bool = False) -> redis.Redis:
@@ -122,5 +202,11 @@ def sibling(client: redis.Redis, options: ClientOptions, *, for_rq: bool = False
     old = client.connection_pool
     tcp = not issubclass(old.connection_class, redis.UnixDomainSocketConnection)
     kwargs = {**old.connection_kwargs, **options.kwargs(tcp=tcp)}
-    pool = old.__class__(connection_class=old.connection_class, **kwargs)
+    if isinstance(old, SentinelConnectionPool):  # the same sentinels, asked on its own
+        del kwargs["connection_pool"]  # the old pool's proxy, which the new one replaces
+        pool: redis.ConnectionPool = SentinelConnectionPool(
+            old.service_name, old.sentinel_manager, **kwargs
+        )
+    else:
+        pool = old.__class__(connection_class=old.connection_class, **kwargs)
     return redis.Redis(connection_pool=pool) if for_rq else Client(connection_pool=pool)

@@ -17,6 +17,7 @@
     ├── QuestionChanged        a decision on a question the task no longer asks
     ├── BudgetExceeded         a model call would overrun the job's token budget
     │   └── TenantBudgetExceeded   ... or its tenant's money budget for the day
+    ├── NotReplicated          a write no replica acknowledged in time (durability replicated)
     ├── AdmissionTimedOut      a model call waited its longest for its route's admission
     ├── SubmitUnconfirmed      Redis went away before a submit was confirmed
     ├── MemoryRefused          a memory read or write the rules refuse
@@ -219,6 +220,18 @@ class TenantBudgetExceeded(BudgetExceeded):
         self.tenant = tenant
         self.remaining = remaining
         self.which = "tenant_usd"
+
+
+class NotReplicated(StateError):
+    """A write no replica acknowledged in time (``durability replicated``): it may be
+    lost in a failover, so it is not taken as done."""
+
+    def __init__(self, script: str, replicas: int, waited_s: float) -> None:
+        super().__init__(
+            f"{script}: no acknowledgement from {replicas} replica(s) in {waited_s:.0f} s "
+            "(durability replicated); is a replica connected?"
+        )
+        self.script = script
 
 
 class AdmissionTimedOut(StateError):

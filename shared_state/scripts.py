@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .errors import Code, ConnectionFailed
+from .errors import Code, ConnectionFailed, NotReplicated
 
 if TYPE_CHECKING:
     from .events import EventLog  # which calls the mirror script from here
@@ -137,20 +139,56 @@ def run_plain(client: redis.Redis, name: str, keys: list[str], args: list[Any]) 
     return ScriptResult.parse(raw)
 
 
+# Replicated durability: how long a write waits for a replica's acknowledgement at
+# a time, and how long in all before it is an error (a failover, with a replica
+# back in its place, takes a few seconds; a deployment without one never acks).
+REPLICA_WAIT_MS = 1_000
+REPLICATION_DEADLINE_S = 30.0
+ACKS = "rf:acks"  # a channel nobody reads: a PUBLISH is a write that replicates
+
+
 class Runner:
     """Calls scripts for one client, mirroring the events they emit.
 
     Once a batch of global-mirror entries has queued up, it rides in the same
     pipeline as the next EVALSHA, so a worker's write stays one round trip.
+
+    ``replicas`` > 0 (``durability replicated``): each call is followed, in the
+    same pipeline, by ``WAIT replicas REPLICA_WAIT_MS``, so a claim, completion,
+    spawn or journal entry is acknowledged only once a replica has it and a
+    failover cannot take it back. A call not acknowledged in time is sent
+    again — every script is idempotent for its caller, and the reply of the
+    last send is the one that counts — with a PUBLISH before its WAIT, so
+    that the WAIT covers what the first send wrote even when this one writes
+    nothing (answered from the record); after a failover that lost the
+    write, this one makes it again. Past ``deadline_s`` it is
+    ``NotReplicated``, never a silent success.
     """
 
-    def __init__(self, client: redis.Redis, events: EventLog) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        events: EventLog,
+        *,
+        replicas: int = 0,
+        deadline_s: float = REPLICATION_DEADLINE_S,
+    ) -> None:
         self.client = client
         self.events = events
+        self.replicas = replicas
+        self.deadline_s = deadline_s
+        self.unacknowledged = 0  # sends no replica acknowledged in time, so far
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
         pending = self.events.take_batch()
-        result = ScriptResult.parse(self._call(name, keys, args, pending))
+
+        def send(again: bool) -> tuple[list[Any], bool]:
+            return self._call_many(name, [(job_id, keys, args)], [] if again else pending, again)
+
+        (raw,) = self._acknowledged(name, send)
+        if isinstance(raw, Exception):
+            raise raw
+        result = ScriptResult.parse(raw)
         self.events.defer(job_id, result.events)
         return result
 
@@ -164,7 +202,11 @@ class Runner:
         in its place in the list; a lost connection raises ConnectionFailed.
         """
         pending = self.events.take_batch()
-        raws = self._call_many(name, calls, pending)
+
+        def send(again: bool) -> tuple[list[Any], bool]:
+            return self._call_many(name, calls, [] if again else pending, again)
+
+        raws = self._acknowledged(name, send)
         results: list[ScriptResult | redis.ResponseError] = []
         for (job_id, _, _), raw in zip(calls, raws, strict=True):
             if isinstance(raw, redis.ResponseError):
@@ -175,12 +217,31 @@ class Runner:
             results.append(result)
         return results
 
+    def _acknowledged(self, name: str, send: Callable[[bool], tuple[list[Any], bool]]) -> list[Any]:
+        """The replies of ``send(again)`` once a replica acknowledged them (if asked to)."""
+        started = time.monotonic()
+        replies, acked = send(False)
+        while not acked:
+            self.unacknowledged += 1
+            if time.monotonic() - started > self.deadline_s:
+                raise NotReplicated(name, self.replicas, self.deadline_s)
+            replies, acked = send(True)
+        return replies
+
     def _pipeline(self, pending: list) -> redis.client.Pipeline:
         """A pipeline whose first command writes the mirror batch ``pending``, if any."""
         pipe = self.client.pipeline(transaction=False)
         if pending:
             self.events.queue_mirror(pipe, pending)
         return pipe
+
+    def _durable(self, pipe: redis.client.Pipeline, again: bool) -> None:
+        """Queue the acknowledgement after a pipeline's scripts (none if not replicated)."""
+        if not self.replicas:
+            return
+        if again:
+            pipe.publish(ACKS, "")
+        pipe.execute_command("WAIT", self.replicas, REPLICA_WAIT_MS)
 
     def _send(self, pipe: redis.client.Pipeline, pending: list) -> list[Any]:
         """Execute a ``_pipeline``; the replies after the batch's.
@@ -202,32 +263,38 @@ class Runner:
         return rest
 
     def _call_many(
-        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
-    ) -> list[Any]:
+        self,
+        name: str,
+        calls: list[tuple[str, list[str], list[Any]]],
+        pending: list,
+        again: bool = False,
+    ) -> tuple[list[Any], bool]:
+        """The scripts' replies, and whether the replicas asked for acknowledged them."""
         pipe = self._pipeline(pending)
         for _, keys, args in calls:
             evalsha(pipe, name, keys, args)
-        replies = self._send(pipe, pending)
+        self._durable(pipe, again)
+        replies, acked = self._acks(self._send(pipe, pending), again)
         unrun = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if unrun:
-            # The server lost its script cache (restart, SCRIPT FLUSH): load, send those again.
+            # The server lost its script cache (restart, SCRIPT FLUSH, a failover to a
+            # replica that never loaded it): load, send those again.
             load(self.client, name)
-            again = self.client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=False)
             for i in unrun:
                 _, keys, args = calls[i]
-                evalsha(again, name, keys, args)
-            for i, reply in zip(unrun, again.execute(raise_on_error=False), strict=True):
+                evalsha(pipe, name, keys, args)
+            self._durable(pipe, again)
+            redone, acked = self._acks(pipe.execute(raise_on_error=False), again)
+            for i, reply in zip(unrun, redone, strict=True):
                 replies[i] = reply
-        return replies
+        return replies, acked
 
-    def _call(self, name: str, keys: list[str], args: list[Any], pending: list) -> Any:
-        pipe = self._pipeline(pending)
-        evalsha(pipe, name, keys, args)
-        (raw,) = self._send(pipe, pending)
-        if not isinstance(raw, redis.exceptions.NoScriptError):
-            if isinstance(raw, Exception):
-                raise raw
-            return raw
-        # The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
-        load(self.client, name)
-        return evalsha(self.client, name, keys, args)
+    def _acks(self, replies: list[Any], again: bool) -> tuple[list[Any], bool]:
+        """The scripts' replies, without the acknowledgement's, and whether it was given."""
+        if not self.replicas:
+            return replies, True
+        *scripts, acked = replies
+        if again:
+            scripts.pop()  # the PUBLISH's
+        return scripts, isinstance(acked, int) and acked >= self.replicas

@@ -42,10 +42,13 @@ class State:
         retention_s: int = DEFAULT_RETENTION_S,
         job_maxlen: int = DEFAULT_JOB_MAXLEN,
         global_maxlen: int = DEFAULT_GLOBAL_MAXLEN,
+        replicas: int = 0,
     ) -> None:
+        """``replicas``: how many replicas must acknowledge each job-state write
+        (``Runner``; 0: none wait, the default)."""
         self.client = client
         self.events = EventLog(client, global_maxlen=global_maxlen)
-        self.runner = Runner(client, self.events)
+        self.runner = Runner(client, self.events, replicas=replicas)
         self.delivery = Delivery(client)
         self.tasks = TaskStore(self.runner, self.delivery)
         self.jobs = JobStore(

@@ -177,6 +177,10 @@ class WorkerRuntime:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id)
             return
         lease.hold(claimed.claim, sent_at)
+        # The worker's own account of what it did, outside Redis (a failover drill reads
+        # it: a claim or completion the primary acknowledged and then lost shows here).
+        log.info("task.claimed", job_id=job_id, task_id=task_id, token=claimed.claim.token,
+                 attempt=claimed.task.attempt)  # fmt: skip
         run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, lease)
         try:
             try:
@@ -193,6 +197,8 @@ class WorkerRuntime:
                 kind = Failure.PROVIDER if isinstance(exc, ProviderUnavailable) else Failure.ERROR
                 outcome = Failed(f"{type(exc).__name__}: {exc}", retryable=True, kind=kind)
             settle(run, outcome)
+            log.info("task.settled", job_id=job_id, task_id=task_id, token=claimed.claim.token,
+                     outcome=type(outcome).__name__.lower())  # fmt: skip
         except (LeaseLost, Fenced, JobFinished) as exc:
             # Someone else owns the task now (or nobody should): write nothing more.
             log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))

@@ -1,0 +1,138 @@
+"""A Redis failover under Sentinel: the clients follow the primary, and with ``durability
+replicated`` no acknowledged write is lost (a primary, a replica, three sentinels, real
+processes, SIGKILL)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from shared_state import JobSpec, NotReplicated, Scenario, State
+from shared_state.client import SentinelTarget
+
+from .conftest import events_named, wait_for
+from .processes import Up
+from .sentinel import Deployment
+from .test_cli import assert_one_line_error, run
+
+
+@pytest.fixture
+def deployment(redis_server: Any) -> Iterator[Deployment]:  # redis_server: skip without one
+    d = Deployment()
+    yield d
+    d.stop()
+
+
+def test_a_sentinel_url_names_the_sentinels_the_master_and_the_passwords() -> None:
+    target = SentinelTarget.parse(
+        "redis+sentinel://:pw@10.0.0.1:26380,10.0.0.2/mymaster/2?sentinel_password=spw"
+    )
+    assert target.sentinels == (("10.0.0.1", 26380), ("10.0.0.2", 26379))
+    assert (target.master, target.db, target.password) == ("mymaster", 2, "pw")
+    assert target.sentinel_password == "spw"
+    for bad, says in (
+        ("redis+sentinel://h:1/", "no master name"),
+        ("redis+sentinel://h:x/m", "expected host:port"),
+        ("redis+sentinel://h:1/m/zero", "not a number"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            SentinelTarget.parse(bad)
+    refused = run("status", url="redis+sentinel://:secret-pw@h:1/")
+    assert_one_line_error(refused, "REDIS_URL", "no master name", "redis+sentinel://")
+    assert "secret-pw" not in refused.stderr
+
+
+def _replica(d: Deployment) -> Any:
+    primary = d.primary_port()
+    (node,) = [n for port, n in d.nodes.items() if port != primary]
+    return node.process
+
+
+def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(
+    deployment: Deployment,
+) -> None:
+    state = State.connect(deployment.url, replicas=1)
+    replica = _replica(deployment)
+    replica.send_signal(signal.SIGSTOP)  # it acknowledges nothing while stopped
+    done: list[Any] = []
+    try:
+        submit = threading.Thread(
+            target=lambda: done.append(state.jobs.submit(JobSpec(goal="g")))
+        )
+        submit.start()
+        wait_for(lambda: state.runner.unacknowledged >= 2, 20, "two sends without an ack")
+        assert submit.is_alive() and done == []  # not taken as done
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    submit.join(30)
+    assert done and state.jobs.get(done[0].job_id).goal == "g"
+    assert len(state.jobs.list(100)) == 1  # sent again, made once
+    assert len(events_named(state, done[0].job_id, "job.submitted")) == 1
+
+    state.runner.deadline_s = 1.5
+    replica.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(NotReplicated, match="submitJob"):
+            state.jobs.submit(JobSpec(goal="g"))
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    state.client.close()
+
+
+def settled_once(up: Up) -> tuple[dict[tuple[str, str], int], int]:
+    """From the workers' own logs: how often each task was completed, and how many times
+    two workers held one task at once (claim to settle, by their clocks)."""
+    done: dict[tuple[str, str], int] = defaultdict(int)
+    held: dict[tuple[str, str], list[tuple[datetime, datetime | None, Any]]] = defaultdict(list)
+    for _, line in up.lines:
+        key = (line.get("job_id"), line.get("task_id"))
+        at = datetime.fromisoformat(line.get("timestamp", "1970-01-01T00:00:00+00:00"))
+        if line.get("event") == "task.claimed":
+            held[key].append((at, None, line.get("worker")))
+        elif line.get("event") in ("task.settled", "task.abandoned"):
+            if line.get("outcome") == "done":
+                done[key] += 1
+            spans = held[key]
+            if spans and spans[-1][1] is None:
+                spans[-1] = (spans[-1][0], at, spans[-1][2])
+    overlaps = 0
+    for spans in held.values():
+        for i, (start, end, _) in enumerate(spans):
+            for other_start, other_end, _ in spans[i + 1 :]:
+                if other_start < (end or datetime.max.replace(tzinfo=start.tzinfo)) and (
+                    start < (other_end or datetime.max.replace(tzinfo=start.tzinfo))
+                ):
+                    overlaps += 1
+    return dict(done), overlaps
+
+
+def test_a_job_runs_across_a_failover_with_replicated_acks_and_every_task_succeeds_once(
+    deployment: Deployment, up_process: Any
+) -> None:
+    state = State.connect(deployment.url, replicas=1)
+    up = up_process(deployment.url, "--durability", "replicated", "--planners", "1",
+                    "--coders", "2", "--reviewers", "1", "--lease-ms", "4000")  # fmt: skip
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.SLOW, fanout=3))
+    wait_for(lambda: len(up.logged("task.claimed", job_id=job.job_id)) >= 3, 60, "coders")
+    deployment.fail_over()
+    wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the job")
+    assert state.jobs.get(job.job_id).status == "succeeded"
+    tasks = state.tasks.list(job.job_id)
+    assert len(tasks) == 5 and all(t.status == "succeeded" for t in tasks)
+    wait_for(lambda: len(settled_once(up)[0]) == 5, 20, "every worker's log of its tasks")
+    done, overlaps = settled_once(up)
+    # Every task completed once, by the workers' own account; never two owners at once.
+    assert set(done.values()) == {1}, done
+    assert overlaps == 0
+    for task in tasks:
+        assert len([e for e in events_named(state, job.job_id, "task.succeeded")
+                    if e.task_id == task.task_id]) == 1  # fmt: skip
+    # Ridden out by the clients' retries: no worker died and was started again.
+    assert len(up.logged("fleet.worker_started")) == 4
+    state.client.close()
