@@ -13,8 +13,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -148,3 +152,43 @@ class Deployment:
                 return
             time.sleep(0.05)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass(frozen=True)
+class WorkerAccount:
+    """What the workers say they did, from their own log lines (outside Redis)."""
+
+    completed: dict[tuple[str, str], int]  # (job, task) -> completions acknowledged to it
+    # Times a worker's claim ended in an accepted write (its run settled: completed,
+    # spawned, failed, asked) after another worker had claimed the task since: two
+    # owners writing as owner at once. A claim that ended refused (fenced, its lease
+    # lost) or never ended (its writes never taken) wrote nothing after it lost.
+    two_owners: int
+
+    @property
+    def doubled(self) -> int:
+        return sum(n - 1 for n in self.completed.values() if n > 1)
+
+
+def account(lines: Iterable[dict[str, Any]]) -> WorkerAccount:
+    """Read the workers' ``task.claimed`` and ``task.settled`` lines (by token): every
+    completion a worker was told succeeded, and every accepted end of a claim that
+    another worker's claim of the task had overtaken."""
+    done: dict[tuple[str, str], int] = defaultdict(int)
+    claimed: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
+    settled: list[tuple[tuple[str, str], int, datetime]] = []
+    for line in lines:
+        key = (line.get("job_id", ""), line.get("task_id", ""))
+        event = line.get("event")
+        if event == "task.claimed":
+            claimed[key].append((datetime.fromisoformat(line["timestamp"]), line["token"]))
+        elif event == "task.settled":
+            settled.append((key, line["token"], datetime.fromisoformat(line["timestamp"])))
+            if line.get("outcome") == "done":
+                done[key] += 1
+    overtaken = 0
+    for key, token, at in settled:
+        mine = next(when for when, t in claimed[key] if t == token)
+        # Another claim of the task made after this one, and before this one's write.
+        overtaken += any(mine < when < at for when, t in claimed[key] if t != token)
+    return WorkerAccount(dict(done), overtaken)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -17,8 +15,7 @@ from shared_state import JobSpec, NotReplicated, Scenario, State
 from shared_state.client import SentinelTarget
 
 from .conftest import events_named, wait_for
-from .processes import Up
-from .sentinel import Deployment
+from .sentinel import Deployment, account
 from .test_cli import assert_one_line_error, run
 
 
@@ -62,9 +59,7 @@ def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(
     replica.send_signal(signal.SIGSTOP)  # it acknowledges nothing while stopped
     done: list[Any] = []
     try:
-        submit = threading.Thread(
-            target=lambda: done.append(state.jobs.submit(JobSpec(goal="g")))
-        )
+        submit = threading.Thread(target=lambda: done.append(state.jobs.submit(JobSpec(goal="g"))))
         submit.start()
         wait_for(lambda: state.runner.unacknowledged >= 2, 20, "two sends without an ack")
         assert submit.is_alive() and done == []  # not taken as done
@@ -85,33 +80,6 @@ def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(
     state.client.close()
 
 
-def settled_once(up: Up) -> tuple[dict[tuple[str, str], int], int]:
-    """From the workers' own logs: how often each task was completed, and how many times
-    two workers held one task at once (claim to settle, by their clocks)."""
-    done: dict[tuple[str, str], int] = defaultdict(int)
-    held: dict[tuple[str, str], list[tuple[datetime, datetime | None, Any]]] = defaultdict(list)
-    for _, line in up.lines:
-        key = (line.get("job_id"), line.get("task_id"))
-        at = datetime.fromisoformat(line.get("timestamp", "1970-01-01T00:00:00+00:00"))
-        if line.get("event") == "task.claimed":
-            held[key].append((at, None, line.get("worker")))
-        elif line.get("event") in ("task.settled", "task.abandoned"):
-            if line.get("outcome") == "done":
-                done[key] += 1
-            spans = held[key]
-            if spans and spans[-1][1] is None:
-                spans[-1] = (spans[-1][0], at, spans[-1][2])
-    overlaps = 0
-    for spans in held.values():
-        for i, (start, end, _) in enumerate(spans):
-            for other_start, other_end, _ in spans[i + 1 :]:
-                if other_start < (end or datetime.max.replace(tzinfo=start.tzinfo)) and (
-                    start < (other_end or datetime.max.replace(tzinfo=start.tzinfo))
-                ):
-                    overlaps += 1
-    return dict(done), overlaps
-
-
 def test_a_job_runs_across_a_failover_with_replicated_acks_and_every_task_succeeds_once(
     deployment: Deployment, up_process: Any
 ) -> None:
@@ -125,11 +93,15 @@ def test_a_job_runs_across_a_failover_with_replicated_acks_and_every_task_succee
     assert state.jobs.get(job.job_id).status == "succeeded"
     tasks = state.tasks.list(job.job_id)
     assert len(tasks) == 5 and all(t.status == "succeeded" for t in tasks)
-    wait_for(lambda: len(settled_once(up)[0]) == 5, 20, "every worker's log of its tasks")
-    done, overlaps = settled_once(up)
+
+    def lines() -> list[dict[str, Any]]:
+        return [line for _, line in up.lines]
+
+    wait_for(lambda: len(account(lines()).completed) == 5, 20, "every worker's log of its tasks")
+    told = account(lines())
     # Every task completed once, by the workers' own account; never two owners at once.
-    assert set(done.values()) == {1}, done
-    assert overlaps == 0
+    assert set(told.completed.values()) == {1}, told
+    assert told.two_owners == 0
     for task in tasks:
         assert len([e for e in events_named(state, job.job_id, "task.succeeded")
                     if e.task_id == task.task_id]) == 1  # fmt: skip

@@ -202,6 +202,11 @@ class WorkerRuntime:
         except (LeaseLost, Fenced, JobFinished) as exc:
             # Someone else owns the task now (or nobody should): write nothing more.
             log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
+        except StateError as exc:
+            # Redis would not take the run's writes (unreachable past the retries, or no
+            # replica acknowledged them): the task is left to its lease, as a lost worker's.
+            log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
+            raise
         finally:
             lease.release()
 
