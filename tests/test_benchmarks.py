@@ -139,3 +139,16 @@ def test_admission_quick_run_meets_its_goals_where_today_does_not() -> None:
     assert today["attempts_burned_by_429"] > 0  # the herd the fleet-wide limits prevent
     assert admitted["token_share"] > 0.8
     assert abs(admitted["tenant_b_share"] - 0.75) <= 0.15
+
+
+def test_failover_quick_run_loses_nothing_with_replicated_acks() -> None:
+    proc = run_benchmark("failover.py", "--quick", "--json", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    replicated, default = doc["replicated"], doc["default"]
+    assert replicated["failovers"] == default["failovers"] == 2  # a kill and a pause each
+    assert replicated["jobs_submitted"] > 0 and replicated["succeeded"] > 0
+    for what in ("lost", "doubled", "two_owners", "stuck"):
+        assert replicated[what] == 0, (what, replicated)
+    assert replicated["workers_started"] == 4  # no worker died of a failover
+    assert replicated["cost"]["waits_per_task"] > 0 == default["cost"]["waits_per_task"]
