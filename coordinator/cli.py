@@ -324,6 +324,13 @@ def up(
     with open_state(settings, url) as state:
         for route, set_to in route_limits.items():
             state.routes.set_limits(route, set_to)
+        if settings.durability is Durability.REPLICATED:
+            replicas = state.client.info("replication").get("connected_slaves", 0)
+            if not replicas:  # every write would wait for an acknowledgement that never comes
+                raise CoordinatorError(
+                    "--durability replicated needs a replica: the primary has none connected "
+                    "(run Redis with a replica, e.g. under Sentinel: see the README)"
+                )
     if not as_json:
         described = one_line(redact(choice.describe()))
         fleet_of = views.count(len(spec.roles()), "worker")

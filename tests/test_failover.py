@@ -108,3 +108,8 @@ def test_a_job_runs_across_a_failover_with_replicated_acks_and_every_task_succee
     # Ridden out by the clients' retries: no worker died and was started again.
     assert len(up.logged("fleet.worker_started")) == 4
     state.client.close()
+
+
+def test_up_with_replicated_acks_refuses_a_primary_without_a_replica(redis_url: str) -> None:
+    refused = run("up", "--durability", "replicated", "--burst", url=redis_url)
+    assert_one_line_error(refused, "--durability replicated needs a replica")

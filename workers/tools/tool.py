@@ -14,6 +14,7 @@ result marked ``error`` for the model to act on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -59,6 +60,14 @@ class ToolResult(BaseModel):
         )
 
 
+@cache
+def _schema(arguments: type[BaseModel]) -> dict[str, Any]:
+    """An argument model's JSON schema, made once per process (every run builds its tools
+    again, and pydantic's schema generation is most of what that costs). Shared by every
+    spec made from the model: read, never changed."""
+    return arguments.model_json_schema()
+
+
 class Tool:
     """A tool the model may call: name, description, argument model and function."""
 
@@ -77,7 +86,7 @@ class Tool:
         self.function = function
         # Made once: the tools slot is the same bytes in every call of a phase.
         self.spec = ToolSpec(
-            name, description, arguments.model_json_schema(), frozenset(phases), keeps_arguments
+            name, description, _schema(arguments), frozenset(phases), keeps_arguments
         )
 
     def run(self, context: RunContext, call: ToolCall) -> ToolResult:
