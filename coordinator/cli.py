@@ -705,7 +705,7 @@ def status(
         views.print_json(doc)
     elif job_id:
         views.print_job_head(doc)
-        views.table("tasks", doc["tasks"], views.TASK_COLUMNS)
+        views.table("tasks", views.task_rows(doc["tasks"]), views.TASK_COLUMNS)
     else:
         views.table("jobs", doc["jobs"], ["job_id", "status", "scenario", "created", "goal"])
         queues = ", ".join(f"{role}={n}" for role, n in doc["queues"].items())

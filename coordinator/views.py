@@ -91,8 +91,8 @@ def task_doc(task: Task, now_ms: int) -> dict[str, Any]:
     return {
         "task_id": task.task_id,
         "role": task.role.value,
+        "status": task.status.value,
         # A retry waiting out its backoff (shared_state.backoff): when it is sent again.
-        "status": f"queued, retry in {-(-waits // 1000)} s" if waits > 0 else task.status.value,
         "retry_in_ms": max(0, waits),
         "attempts": task.attempt,
         "renewals": task.renewals,  # leases renewed, over all attempts
@@ -105,6 +105,16 @@ def task_doc(task: Task, now_ms: int) -> dict[str, Any]:
         # ...and the digest a decision on that question names (`approve --asked`).
         "approval_for": (task.approval_for or None) if task.status == "blocked" else None,
     }
+
+
+def task_rows(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``task_doc``s for a table: a retry waiting out its backoff says when it goes."""
+    return [
+        {**t, "status": f"queued, retry in {-(-t['retry_in_ms'] // 1000)} s"}
+        if t["retry_in_ms"]
+        else t
+        for t in tasks
+    ]
 
 
 def job_doc(state: State, job: Job, *, with_tasks: bool = True) -> dict[str, Any]:

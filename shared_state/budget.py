@@ -17,6 +17,7 @@ either is not sent.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import redis
 
 from . import keys
-from .errors import TenantBudgetExceeded
+from .errors import StateError, TenantBudgetExceeded
 from .replies import Asked, check
 from .scripts import Runner, ScriptResult
 
@@ -134,17 +135,20 @@ class TokenBudget:
         if all(isinstance(r, ScriptResult) and r.ok for r in replies):
             assert isinstance(job, ScriptResult)
             return Reservation(rid, tokens, _state(job.data), tenant_key)
-        # One refused (or failed): what the other holds goes back before it is said.
+        # One refused (or failed): what the other holds goes back before it is said (if
+        # that fails too, the reservation lapses after RESERVATION_TTL_MS; the first
+        # error is the one to tell).
         for (_, where, _), r in zip(calls, replies, strict=True):
             if isinstance(r, ScriptResult) and r.ok:
-                self.runner.run("settleTokens", self.job_id, where, [rid, 0, 0])
+                with contextlib.suppress(StateError, redis.RedisError):
+                    self.runner.run("settleTokens", self.job_id, where, [rid, 0, 0])
         for r in replies:
             if isinstance(r, Exception):
                 raise r
         day = replies[-1]
         assert isinstance(job, ScriptResult) and isinstance(day, ScriptResult)
         check("reserveTokens", job, Asked(job_id=self.job_id, tokens=tokens))  # the job's
-        raise TenantBudgetExceeded(self.tenant, int(day.data["remaining"]))
+        raise TenantBudgetExceeded(self.tenant, int(day.data["remaining"]), self.job_id)
 
     def settle(self, reservation: Reservation, used: int, cost_usd: float = 0.0) -> BudgetState:
         """Give back ``reservation``, charging the ``used`` tokens and ``cost_usd`` (once,

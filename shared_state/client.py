@@ -20,9 +20,9 @@ connections to the old primary fail, and the retries connect to the new one.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 import redis
 from redis.backoff import EqualJitterBackoff
@@ -124,38 +124,38 @@ class SentinelTarget:
     master: str
     db: int = 0
     username: str | None = None
-    password: str | None = None  # the data nodes'
-    sentinel_password: str | None = None
+    password: str | None = field(default=None, repr=False)  # the data nodes'
+    sentinel_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def parse(cls, url: str) -> SentinelTarget:
         """ValueError (naming what is wrong, never a password) for a malformed URL."""
         rest = url.removeprefix(f"{SENTINEL_SCHEME}://")
+        # The credentials end at the last "@": a password may hold "/", "?" or "@" (an "@"
+        # in the sentinels' password, in the query, is written %40).
+        userinfo, _at, rest = rest.rpartition("@")
         rest, _, query = rest.partition("?")
-        where, _, path = rest.partition("/")
-        userinfo, at, hosts = where.rpartition("@")
-        if not at:
-            hosts, userinfo = where, ""
+        hosts, _, path = rest.partition("/")
         username, _, password = userinfo.partition(":")
         sentinels = []
-        for host in hosts.split(","):
+        for n, host in enumerate(hosts.split(","), start=1):
             name, colon, port = host.rpartition(":") if ":" in host else (host, "", "")
             if not name or (colon and not port.isdigit()):
-                raise ValueError(f"sentinel address {host!r}: expected host:port")
+                raise ValueError(f"sentinel address {n}: expected host:port")
             sentinels.append((name, int(port) if colon else SENTINEL_PORT))
         master, _, db = path.partition("/")
         if not master:
             raise ValueError("no master name")
         if db and not db.isdigit():
-            raise ValueError(f"database {db!r} is not a number")
-        given = parse_qs(query).get("sentinel_password", [None])[-1]
+            raise ValueError("the database is not a number")
+        given = dict(p.partition("=")[::2] for p in query.split("&") if p)
         return cls(
             sentinels=tuple(sentinels),
             master=unquote(master),
             db=int(db or 0),
             username=unquote(username) or None,
             password=unquote(password) or None,
-            sentinel_password=given,
+            sentinel_password=unquote(given.get("sentinel_password", "")) or None,
         )
 
 

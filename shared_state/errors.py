@@ -210,14 +210,16 @@ class BudgetExceeded(StateError):
 class TenantBudgetExceeded(BudgetExceeded):
     """Reserving this call would overrun its tenant's money budget for the day."""
 
-    def __init__(self, tenant: str, remaining: int) -> None:
+    def __init__(self, tenant: str, remaining: int, job_id: str = "") -> None:
         StateError.__init__(
             self,
             f"tenant {tenant}: a call would overrun its daily money budget "
-            f"(${remaining / 1e6:.4f} left today); `redfleet limits tenant {tenant} "
+            f"(${max(0, remaining) / 1e6:.4f} left today); `redfleet limits tenant {tenant} "
             "--daily-usd N` raises it, and `redfleet retry JOB` continues the job",
         )
         self.tenant = tenant
+        self.job_id = job_id
+        self.wanted = 0  # tokens: not what this budget counts
         self.remaining = remaining
         self.which = "tenant_usd"
 

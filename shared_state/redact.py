@@ -13,11 +13,11 @@ import re
 
 MASK = "***"
 
-# A URL's credentials, up to the last '@' before the host (a password may hold '@'):
+# A URL's credentials, up to the last '@' before the host (a password may hold '@' or '/'):
 # scheme://user:password@host -> scheme://user:***@host, scheme://:password@host ->
 # scheme://:***@host, and scheme://secret@host (a token as the user) -> scheme://***@host.
 _URL_PASSWORD = re.compile(
-    r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*)(?P<password>:[^/\s]*)?@(?=[^@/\s]*(?:[/\s]|$))",
+    r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*)(?P<password>:[^\s]*)?@(?=[^@/\s]*(?:[/\s]|$))",
     re.IGNORECASE,
 )
 # Key-shaped tokens: OpenAI/Anthropic keys, GitHub and Slack tokens, AWS key ids, bearer values.

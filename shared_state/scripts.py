@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -114,6 +113,11 @@ def evalsha(
     return client.evalsha(script.sha, len(keys), *keys, *args)
 
 
+def _parsed(raw: Any) -> ScriptResult | redis.ResponseError:
+    """A script's reply parsed, or its error reply as it is."""
+    return raw if isinstance(raw, redis.ResponseError) else ScriptResult.parse(raw)
+
+
 def to_ms(time_reply: tuple[int, int]) -> int:
     """A TIME reply (seconds, microseconds) in milliseconds."""
     sec, usec = time_reply
@@ -145,6 +149,9 @@ def run_plain(client: redis.Redis, name: str, keys: list[str], args: list[Any]) 
 REPLICA_WAIT_MS = 1_000
 REPLICATION_DEADLINE_S = 30.0
 ACKS = "rf:acks"  # a channel nobody reads: a PUBLISH is a write that replicates
+# Scripts a second send of finds nothing to do because the first one did it, with no
+# caller's id to answer it from the record: the first send's success is the answer.
+FIRST_SEND_COUNTS = frozenset({"reapTask", "redeliverTask"})
 
 
 class Runner:
@@ -153,16 +160,18 @@ class Runner:
     Once a batch of global-mirror entries has queued up, it rides in the same
     pipeline as the next EVALSHA, so a worker's write stays one round trip.
 
-    ``replicas`` > 0 (``durability replicated``): each call is followed, in the
-    same pipeline, by ``WAIT replicas REPLICA_WAIT_MS``, so a claim, completion,
-    spawn or journal entry is acknowledged only once a replica has it and a
-    failover cannot take it back. A call not acknowledged in time is sent
-    again — every script is idempotent for its caller, and the reply of the
-    last send is the one that counts — with a PUBLISH before its WAIT, so
-    that the WAIT covers what the first send wrote even when this one writes
-    nothing (answered from the record); after a failover that lost the
-    write, this one makes it again. Past ``deadline_s`` it is
-    ``NotReplicated``, never a silent success.
+    ``replicas`` > 0 (``durability replicated``): each call's pipeline ends
+    with a PUBLISH and ``WAIT replicas REPLICA_WAIT_MS``, so a claim,
+    completion, spawn or journal entry is acknowledged only once a replica
+    has it and a failover cannot take it back. (The PUBLISH is a write: the
+    WAIT then covers everything written before it, even when the script
+    wrote nothing itself — a replay answered from the record — or a client
+    retry sent the pipeline on a fresh connection.) A call not acknowledged
+    in time is sent again — every script is idempotent for its caller, and
+    the last send's reply is the one that counts (but see
+    ``FIRST_SEND_COUNTS``); after a failover that lost the write, the second
+    send makes it again. Every send's events are mirrored, once. Past
+    ``deadline_s`` it is ``NotReplicated``, never a silent success.
     """
 
     def __init__(
@@ -180,16 +189,9 @@ class Runner:
         self.unacknowledged = 0  # sends no replica acknowledged in time, so far
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
-        pending = self.events.take_batch()
-
-        def send(again: bool) -> tuple[list[Any], bool]:
-            return self._call_many(name, [(job_id, keys, args)], [] if again else pending, again)
-
-        (raw,) = self._acknowledged(name, send)
-        if isinstance(raw, Exception):
-            raise raw
-        result = ScriptResult.parse(raw)
-        self.events.defer(job_id, result.events)
+        (result,) = self._run(name, [(job_id, keys, args)])
+        if isinstance(result, Exception):
+            raise result
         return result
 
     def run_many(
@@ -201,32 +203,33 @@ class Runner:
         round trip each. Each call's error reply (OOM, READONLY) is its own,
         in its place in the list; a lost connection raises ConnectionFailed.
         """
+        return self._run(name, calls)
+
+    def _run(
+        self, name: str, calls: list[tuple[str, list[str], list[Any]]]
+    ) -> list[ScriptResult | redis.ResponseError]:
         pending = self.events.take_batch()
-
-        def send(again: bool) -> tuple[list[Any], bool]:
-            return self._call_many(name, calls, [] if again else pending, again)
-
-        raws = self._acknowledged(name, send)
-        results: list[ScriptResult | redis.ResponseError] = []
-        for (job_id, _, _), raw in zip(calls, raws, strict=True):
-            if isinstance(raw, redis.ResponseError):
-                results.append(raw)
-                continue
-            result = ScriptResult.parse(raw)
-            self.events.defer(job_id, result.events)
-            results.append(result)
-        return results
-
-    def _acknowledged(self, name: str, send: Callable[[bool], tuple[list[Any], bool]]) -> list[Any]:
-        """The replies of ``send(again)`` once a replica acknowledged them (if asked to)."""
         started = time.monotonic()
-        replies, acked = send(False)
-        while not acked:
+        sends = [self._call_many(name, calls, pending)]
+        while not sends[-1][1]:  # no replica acknowledged it (only when replicas are asked)
             self.unacknowledged += 1
             if time.monotonic() - started > self.deadline_s:
                 raise NotReplicated(name, self.replicas, self.deadline_s)
-            replies, acked = send(True)
-        return replies
+            sends.append(self._call_many(name, calls, []))
+        results: list[ScriptResult | redis.ResponseError] = []
+        for i, (job_id, _, _) in enumerate(calls):
+            answers = [_parsed(replies[i]) for replies, _ in sends]  # first send to last
+            seen: set[str] = set()
+            for answer in answers:  # a replay answers with no events, or with the same ones
+                if isinstance(answer, ScriptResult):
+                    fresh = [e for e in answer.events if e["id"] not in seen]
+                    seen.update(e["id"] for e in fresh)
+                    self.events.defer(job_id, fresh)
+            last = answers[-1]
+            if name in FIRST_SEND_COUNTS and isinstance(last, ScriptResult) and not last.ok:
+                last = next((a for a in answers if isinstance(a, ScriptResult) and a.ok), last)
+            results.append(last)
+        return results
 
     def _pipeline(self, pending: list) -> redis.client.Pipeline:
         """A pipeline whose first command writes the mirror batch ``pending``, if any."""
@@ -235,13 +238,11 @@ class Runner:
             self.events.queue_mirror(pipe, pending)
         return pipe
 
-    def _durable(self, pipe: redis.client.Pipeline, again: bool) -> None:
+    def _durable(self, pipe: redis.client.Pipeline) -> None:
         """Queue the acknowledgement after a pipeline's scripts (none if not replicated)."""
-        if not self.replicas:
-            return
-        if again:
+        if self.replicas:
             pipe.publish(ACKS, "")
-        pipe.execute_command("WAIT", self.replicas, REPLICA_WAIT_MS)
+            pipe.execute_command("WAIT", self.replicas, REPLICA_WAIT_MS)
 
     def _send(self, pipe: redis.client.Pipeline, pending: list) -> list[Any]:
         """Execute a ``_pipeline``; the replies after the batch's.
@@ -263,38 +264,33 @@ class Runner:
         return rest
 
     def _call_many(
-        self,
-        name: str,
-        calls: list[tuple[str, list[str], list[Any]]],
-        pending: list,
-        again: bool = False,
+        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
     ) -> tuple[list[Any], bool]:
         """The scripts' replies, and whether the replicas asked for acknowledged them."""
         pipe = self._pipeline(pending)
         for _, keys, args in calls:
             evalsha(pipe, name, keys, args)
-        self._durable(pipe, again)
-        replies, acked = self._acks(self._send(pipe, pending), again)
+        self._durable(pipe)
+        replies, acked = self._acks(self._send(pipe, pending))
         unrun = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if unrun:
             # The server lost its script cache (restart, SCRIPT FLUSH, a failover to a
-            # replica that never loaded it): load, send those again.
+            # replica that never loaded it): load, send those again. Their WAIT is the
+            # one that counts: it covers what the first pipeline wrote too.
             load(self.client, name)
             pipe = self.client.pipeline(transaction=False)
             for i in unrun:
                 _, keys, args = calls[i]
                 evalsha(pipe, name, keys, args)
-            self._durable(pipe, again)
-            redone, acked = self._acks(pipe.execute(raise_on_error=False), again)
+            self._durable(pipe)
+            redone, acked = self._acks(pipe.execute(raise_on_error=False))
             for i, reply in zip(unrun, redone, strict=True):
                 replies[i] = reply
         return replies, acked
 
-    def _acks(self, replies: list[Any], again: bool) -> tuple[list[Any], bool]:
+    def _acks(self, replies: list[Any]) -> tuple[list[Any], bool]:
         """The scripts' replies, without the acknowledgement's, and whether it was given."""
         if not self.replicas:
             return replies, True
-        *scripts, acked = replies
-        if again:
-            scripts.pop()  # the PUBLISH's
+        *scripts, _published, acked = replies
         return scripts, isinstance(acked, int) and acked >= self.replicas

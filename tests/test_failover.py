@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from shared_state import JobSpec, NotReplicated, Scenario, State
+from shared_state import JobSpec, NotReplicated, Role, Scenario, State, keys
 from shared_state.client import SentinelTarget
+from shared_state.scripts import server_ms
 
 from .conftest import events_named, wait_for
 from .sentinel import Deployment, account
@@ -35,11 +36,16 @@ def test_a_sentinel_url_names_the_sentinels_the_master_and_the_passwords() -> No
     assert target.sentinel_password == "spw"
     for bad, says in (
         ("redis+sentinel://h:1/", "no master name"),
-        ("redis+sentinel://h:x/m", "expected host:port"),
+        ("redis+sentinel://h:1,h:x/m", "sentinel address 2: expected host:port"),
         ("redis+sentinel://h:1/m/zero", "not a number"),
+        ("redis+sentinel://:s3cr/et?x@h:x/m", "sentinel address 1"),  # a password with / and ?
     ):
-        with pytest.raises(ValueError, match=says):
+        with pytest.raises(ValueError, match=says) as refused:
             SentinelTarget.parse(bad)
+        assert "s3cr" not in str(refused.value)
+    odd = SentinelTarget.parse("redis+sentinel://:p/w?d@h:1/m?sentinel_password=a%2Bb+c")
+    assert (odd.password, odd.sentinel_password) == ("p/w?d", "a+b+c")
+    assert "p/w?d" not in repr(odd) and "a+b" not in repr(odd)
     refused = run("status", url="redis+sentinel://:secret-pw@h:1/")
     assert_one_line_error(refused, "REDIS_URL", "no master name", "redis+sentinel://")
     assert "secret-pw" not in refused.stderr
@@ -56,19 +62,46 @@ def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(
 ) -> None:
     state = State.connect(deployment.url, replicas=1)
     replica = _replica(deployment)
-    replica.send_signal(signal.SIGSTOP)  # it acknowledges nothing while stopped
-    done: list[Any] = []
-    try:
-        submit = threading.Thread(target=lambda: done.append(state.jobs.submit(JobSpec(goal="g"))))
-        submit.start()
-        wait_for(lambda: state.runner.unacknowledged >= 2, 20, "two sends without an ack")
-        assert submit.is_alive() and done == []  # not taken as done
-    finally:
-        replica.send_signal(signal.SIGCONT)
-    submit.join(30)
-    assert done and state.jobs.get(done[0].job_id).goal == "g"
+
+    def unacknowledged_then_acknowledged(write: Callable[[], Any]) -> Any:
+        """``write()``'s answer, made while the replica is stopped, then let go."""
+        done: list[Any] = []
+        sent = state.runner.unacknowledged
+        replica.send_signal(signal.SIGSTOP)  # it acknowledges nothing while stopped
+        try:
+            thread = threading.Thread(target=lambda: done.append(write()))
+            thread.start()
+            wait_for(lambda: state.runner.unacknowledged >= sent + 2, 20, "two unacked sends")
+            assert thread.is_alive() and done == []  # not taken as done
+        finally:
+            replica.send_signal(signal.SIGCONT)
+        thread.join(30)
+        assert done
+        return done[0]
+
+    job = unacknowledged_then_acknowledged(lambda: state.jobs.submit(JobSpec(goal="g")))
+    assert state.jobs.get(job.job_id).goal == "g"
     assert len(state.jobs.list(100)) == 1  # sent again, made once
-    assert len(events_named(state, done[0].job_id, "job.submitted")) == 1
+    assert len(events_named(state, job.job_id, "job.submitted")) == 1
+    state.events.flush()  # the first send's events reach the global stream, once
+    mirrored = [
+        f
+        for _, f in state.client.xrange(keys.EVENTS)
+        if (f[b"job_id"], f[b"event"]) == (job.job_id.encode(), b"job.submitted")
+    ]
+    assert len(mirrored) == 1
+
+    # A reap sent again finds the task queued by its first send: that one's answer counts,
+    # and the task gets its envelope.
+    claimed = state.tasks.claim(job.job_id, job.root_task, "w1", 1)
+    assert claimed is not None
+    wait_for(
+        lambda: state.tasks.get(job.job_id, job.root_task).lease_until < server_ms(state.client)
+    )
+    reaped = unacknowledged_then_acknowledged(lambda: state.tasks.reap(job.job_id, job.root_task))
+    assert reaped == "requeued"
+    envelope = state.client.hget(keys.task(job.job_id, job.root_task), "envelope")
+    assert envelope is not None and state.delivery.is_waiting(Role.PLANNER, envelope.decode())
 
     state.runner.deadline_s = 1.5
     replica.send_signal(signal.SIGSTOP)

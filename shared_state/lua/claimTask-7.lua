@@ -117,6 +117,7 @@ redis.call('HSET', taskKey, 'status', 'claimed', 'owner', worker, 'lease_until',
   'claimed_ms', now, 'token', token)
 redis.call('ZADD', leasesKey, leaseUntil, taskId)
 redis.call('ZREM', queuedKey, taskId)
+redis.call('ZREM', KEYS[7], taskId)  -- a retry taken up, by its due delivery or another
 if job.status == 'queued' then
   redis.call('HSET', jobKey, 'status', 'running', 'started_ms', now)
 end

@@ -18,8 +18,9 @@
 
   A tenant's daily money budget is the same hash under the tenant's key,
   reserved from in the same round trip (ARGV[5] = 'day'): what it used is
-  counted from 0 again on the first reservation of each day (UTC, on Redis
-  time); reservations held over midnight are settled into the new day.
+  counted from 0 again on the first reservation or settlement of each day
+  (UTC, on Redis time); reservations held over midnight are settled into the
+  new day.
 
   KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, limit_usd, used_usd,
                                               reserved_usd, r:<id>; a limit 0 = none),

@@ -5,7 +5,10 @@
   settled, so a settle re-sent after a lost reply (or one for a reservation
   already dropped as expired) changes nothing.
 
-  KEYS[1] budget hash      rf:{job}:budget
+  A tenant's daily budget (a hash with a `day`) starts the day again here too,
+  as reserveTokens does: a call settled after midnight is the new day's.
+
+  KEYS[1] budget hash      rf:{job}:budget (or a tenant's: rf:spend:{tenant})
 
   ARGV[1] reservation id (as given to reserveTokens)
   ARGV[2] tokens the call used (input + output)
@@ -17,6 +20,11 @@
 --- @include "common"
 
 local key, field = KEYS[1], 'r:' .. ARGV[1]
+local day = redis.call('HGET', key, 'day')
+if day then
+  local today = tostring(math.floor(nowMs() / 86400000))
+  if day ~= today then redis.call('HSET', key, 'day', today, 'used', 0, 'used_usd', 0) end
+end
 local held = redis.call('HGET', key, field)
 local settled = false
 if held then
