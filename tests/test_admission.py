@@ -462,9 +462,11 @@ def test_a_job_its_money_budget_stopped_goes_on_after_retry_with_a_raised_one(
 ) -> None:
     with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
         env = openai_env(api.url)
-        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000, worker_env=env)
+        start_fleet(planners=1, coders=1, reviewers=1, lease_ms=5_000, worker_env=env)
         # A call reserves its most cost (every output token at gpt-4.1-mini's prices): about
-        # $0.002 here, so the job stops within its first few calls.
+        # $0.002 here, so the job stops within its first few calls. One coder slot: no
+        # other call is on the wire when one is refused, so the loopback's replay (a step
+        # per call, per task) stays in step with what the job's records say was done.
         job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, budget_usd=0.005))
         wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the stop")
         stopped = state.jobs.get(job.job_id)
@@ -490,9 +492,11 @@ def test_a_tenants_daily_budget_stops_its_jobs_and_they_go_on_once_it_is_raised(
     assert set_it.returncode == 0, set_it.stderr
     assert json.loads(set_it.stdout)["daily_usd"] == 0.005
     with ScriptedOpenAI(load_scenario("demo"), faults=[], malformed=set()) as api:
-        start_fleet(planners=1, coders=2, reviewers=1, lease_ms=5_000,
-                    worker_env=openai_env(api.url))  # fmt: skip
-        # No budget of its own: the tenant's day stops it, within its first few calls.
+        start_fleet(
+            planners=1, coders=1, reviewers=1, lease_ms=5_000, worker_env=openai_env(api.url)
+        )
+        # No budget of its own: the tenant's day stops it, within its first few calls (one
+        # coder slot, as in the test above, keeps the loopback's replay in step).
         job = state.jobs.submit(JobSpec(goal=GOAL, scenario=Scenario.AGENTS, tenant="acme"))
         wait_for(lambda: state.jobs.get(job.job_id).status.finished, 120, "the stop")
         stopped = state.jobs.get(job.job_id)
