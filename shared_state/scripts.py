@@ -214,11 +214,22 @@ class Runner:
         while not sends[-1][1]:  # no replica acknowledged it (only when replicas are asked)
             self.unacknowledged += 1
             if time.monotonic() - started > self.deadline_s:
+                self._answers(name, calls, sends)  # what reached the job streams is mirrored
                 raise NotReplicated(name, self.replicas, self.deadline_s)
             sends.append(self._call_many(name, calls, []))
+        return self._answers(name, calls, sends)
+
+    def _answers(
+        self,
+        name: str,
+        calls: list[tuple[str, list[str], list[Any]]],
+        sends: list[tuple[list[Any], bool]],
+    ) -> list[ScriptResult | redis.ResponseError]:
+        """Each call's answer from its sends (first to last); every send's events deferred
+        for the mirror, each once."""
         results: list[ScriptResult | redis.ResponseError] = []
         for i, (job_id, _, _) in enumerate(calls):
-            answers = [_parsed(replies[i]) for replies, _ in sends]  # first send to last
+            answers = [_parsed(replies[i]) for replies, _ in sends]
             seen: set[str] = set()
             for answer in answers:  # a replay answers with no events, or with the same ones
                 if isinstance(answer, ScriptResult):
