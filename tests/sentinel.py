@@ -30,7 +30,8 @@ DOWN_AFTER_MS = 1_000  # how long the sentinels wait before they call the primar
 
 
 class DataNode(RedisServer):
-    """A data node whose address stays the same across restarts (``replicaof``: whose)."""
+    """A data node whose address stays the same across restarts (``replicaof``: the port
+    of the primary it replicates, if any)."""
 
     def __init__(self, replicaof: int | None = None) -> None:
         super().__init__()
@@ -44,6 +45,8 @@ class DataNode(RedisServer):
 
 
 class Deployment:
+    """A primary, a replica and ``sentinels`` sentinels, started now; ``stop`` ends them."""
+
     def __init__(self, sentinels: int = 3) -> None:
         primary = DataNode()
         primary.start()
