@@ -11,7 +11,9 @@ turn, in one run, on a fresh deployment:
    machine: read it as a rough figure) and the commands the primary ran per
    task (its ``INFO commandstats``), WAITs among them.
 2. **Drill.** Jobs submitted at ``--rate`` a second (noop, one in four slow:
-   ~3 s a task), while the primary is SIGKILLed ``--kills`` times and once
+   ~3 s a task, one in ``--agents-every`` an agents job replaying the
+   scripted demo: its coders' ``write_file`` calls are journaled effects),
+   while the primary is SIGKILLed ``--kills`` times and once
    paused (SIGSTOP) past the sentinels' down-after, ``--every`` s apart; after
    each, the old primary comes back as the new one's replica, as a process
    supervisor would bring it back. Then the submitting stops and the fleet
@@ -19,10 +21,12 @@ turn, in one run, on a fresh deployment:
 
 Every task is accounted from outside Redis: the jobs this process was told
 were submitted, and the workers' own log lines (``task.claimed``,
-``task.settled``: what each was told it claimed and completed). **Lost**: a
-submitted job whose record is gone; **doubled**: a completion a worker was
-told succeeded more than once for one task; **two owners**: two claims of
-one task held at once; **stuck**: a job still unfinished after the drain.
+``task.settled``: what each was told it claimed and completed;
+``journal.applied``: every journaled effect it made). **Lost**: a submitted
+job whose record is gone; **doubled**: a completion a worker was told
+succeeded more than once for one task, or a journaled effect made more than
+once; **two owners**: a claim's write accepted after another worker had
+claimed the task; **stuck**: a job still unfinished after the drain.
 
 Goals, with ``replicated``: 0 lost, 0 doubled, 0 two owners, 0 stuck across
 at least five failovers. Without it the figures are measured, not judged.
@@ -112,9 +116,11 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
         def submit() -> None:
             n = 0
             while not stop.is_set():
-                slow = n % 4 == 0
-                spec = JobSpec(goal=f"drill {n}", fanout=2,
-                               scenario=Scenario.SLOW if slow else Scenario.NOOP)  # fmt: skip
+                if args.agents_every and n % args.agents_every == args.agents_every - 1:
+                    scenario = Scenario.AGENTS
+                else:
+                    scenario = Scenario.SLOW if n % 4 == 0 else Scenario.NOOP
+                spec = JobSpec(goal=f"drill {n}", fanout=2, scenario=scenario)
                 try:
                     submitted.append(state.jobs.submit(spec).job_id)
                 except StateError:
@@ -151,6 +157,7 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
                 failed += 1
         told = account(line for _, line in list(up.lines))
         return {
+            "journaled_effects": len(told.effects),
             "failovers": len(gone),
             "primary_gone_s": gone,
             "jobs_submitted": len(submitted),
@@ -180,7 +187,8 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         ("jobs submitted (unconfirmed submits)", "jobs_submitted", ""),
         ("jobs succeeded / failed", "succeeded", ""),
         ("lost", "lost", "0"),
-        ("doubled (a task completed twice)", "doubled", "0"),
+        ("journaled effects made (agents jobs)", "journaled_effects", ""),
+        ("doubled (a task completed, or an effect made, twice)", "doubled", "0"),
         ("two owners at once", "two_owners", "0"),
         ("stuck after the drain", "stuck", "0"),
         ("worker processes started (4: none restarted)", "workers_started", ""),
@@ -213,6 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=float, default=6.0, help="seconds between failovers")
     parser.add_argument("--rate", type=float, default=2.0, help="jobs submitted a second")
     parser.add_argument("--cost-jobs", type=int, default=40)
+    parser.add_argument(
+        "--agents-every", type=int, default=6, help="one job in N is an agents job (0: none)"
+    )
     parser.add_argument("--drain", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.quick:

@@ -162,6 +162,7 @@ class WorkerAccount:
     """What the workers say they did, from their own log lines (outside Redis)."""
 
     completed: dict[tuple[str, str], int]  # (job, task) -> completions acknowledged to it
+    effects: dict[tuple[str, str], int]  # (job, journal key) -> times its effect was made
     # Times a worker's claim ended in an accepted write (its run settled: completed,
     # spawned, failed, asked) after another worker had claimed the task since: two
     # owners writing as owner at once. A claim that ended refused (fenced, its lease
@@ -170,14 +171,17 @@ class WorkerAccount:
 
     @property
     def doubled(self) -> int:
-        return sum(n - 1 for n in self.completed.values() if n > 1)
+        """Completions and journaled effects made more than once."""
+        return sum(n - 1 for n in [*self.completed.values(), *self.effects.values()] if n > 1)
 
 
 def account(lines: Iterable[dict[str, Any]]) -> WorkerAccount:
-    """Read the workers' ``task.claimed`` and ``task.settled`` lines (by token): every
-    completion a worker was told succeeded, and every accepted end of a claim that
-    another worker's claim of the task had overtaken."""
+    """Read the workers' ``task.claimed`` and ``task.settled`` lines (by token) and their
+    ``journal.applied`` lines: every completion a worker was told succeeded, every
+    journaled effect made, and every accepted end of a claim that another worker's
+    claim of the task had overtaken."""
     done: dict[tuple[str, str], int] = defaultdict(int)
+    effects: dict[tuple[str, str], int] = defaultdict(int)
     claimed: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
     settled: list[tuple[tuple[str, str], int, datetime]] = []
     for line in lines:
@@ -185,6 +189,8 @@ def account(lines: Iterable[dict[str, Any]]) -> WorkerAccount:
         event = line.get("event")
         if event == "task.claimed":
             claimed[key].append((datetime.fromisoformat(line["timestamp"]), line["token"]))
+        elif event == "journal.applied":
+            effects[(line.get("job_id", ""), line.get("key", ""))] += 1
         elif event == "task.settled":
             settled.append((key, line["token"], datetime.fromisoformat(line["timestamp"])))
             if line.get("outcome") == "done":
@@ -194,4 +200,4 @@ def account(lines: Iterable[dict[str, Any]]) -> WorkerAccount:
         mine = next(when for when, t in claimed[key] if t == token)
         # Another claim of the task made after this one, and before this one's write.
         overtaken += any(mine < when < at for when, t in claimed[key] if t != token)
-    return WorkerAccount(dict(done), overtaken)
+    return WorkerAccount(dict(done), dict(effects), overtaken)

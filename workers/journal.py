@@ -24,6 +24,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import structlog
+
 from shared_state import EffectStatus, JournalEntry, Records
 
 from . import failpoints
@@ -46,6 +48,8 @@ class EffectKind(Protocol):
 
 
 ASK = "ask"  # the journal's tool for a gated call's approval (its detail names the call's tool)
+
+log = structlog.get_logger("redfleet.journal")
 
 
 def approval_digest(entry: JournalEntry) -> str:
@@ -109,7 +113,7 @@ class Journal:
         )
         self._write(intent)
         failpoints.reach(f"journal.after-intent.{tool}")
-        result = kind.apply(intent)
+        result = self._apply(kind, intent)
         failpoints.reach(f"journal.after-effect.{tool}")
         if not kind.records_itself:
             self._write(intent.to(EffectStatus.DONE, result))
@@ -191,10 +195,10 @@ class Journal:
             elif found is False:
                 settled = entry.to(EffectStatus.NOT_DONE, "settled on resume: it never took effect")
             elif kind is not None and kind.idempotent:
-                settled = entry.to(EffectStatus.DONE, kind.apply(entry))
+                settled = entry.to(EffectStatus.DONE, self._apply(kind, entry))
             elif kind is not None and approved_now:
                 self._write(entry.to(EffectStatus.APPROVED, "being made on a person's approval"))
-                result = f"made again on a person's approval: {kind.apply(entry)}"
+                result = f"made again on a person's approval: {self._apply(kind, entry)}"
                 settled = entry.to(EffectStatus.DONE, result)
             else:
                 self._write(entry.to(EffectStatus.BLOCKED, "cannot tell whether it took effect"))
@@ -207,6 +211,13 @@ class Journal:
             self._write(settled)
             notes.append(f"{entry.tool} {entry.key}: {settled.result}")
         return notes
+
+    def _apply(self, kind: EffectKind, entry: JournalEntry) -> str:
+        """Make ``entry``'s effect, said in the worker's log first: its own account,
+        outside Redis, of every effect it made (a failover drill counts them by key)."""
+        log.info("journal.applied", job_id=self.run.task.job_id, task_id=entry.task_id,
+                 key=entry.key, tool=entry.tool)  # fmt: skip
+        return kind.apply(entry)
 
     def _write(self, entry: JournalEntry) -> None:
         self.run.check()
