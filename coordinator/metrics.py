@@ -1,7 +1,8 @@
 """The fleet's metrics for Prometheus, read from Redis at each scrape.
 
 Counters come from ``rf:metrics``, which the event mirror adds to as it
-writes every job's events to the global stream (``mirrorEvents``), so they are
+writes every job's events to the global stream (``mirrorEvents``, a batch's
+counters summed by the worker that sends it), so they are
 fleet-wide — every worker on every machine — and survive the process serving
 them; they lag the job streams as the mirror does (up to a heartbeat), and
 a mirror batch re-sent after a lost reply is counted twice. A scrape costs
@@ -43,9 +44,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from shared_state import State, keys
 
 from .errors import CoordinatorError
-
-# The bounds mirrorEvents counts into (ms), in its order.
-LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -15,6 +15,7 @@ with SIGKILL may miss its last entries there — never in the job stream.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +28,8 @@ from .scripts import SCRIPTS
 DEFAULT_JOB_MAXLEN = 10_000
 DEFAULT_GLOBAL_MAXLEN = 100_000
 MIRROR_BATCH = 32
+# The step latency histogram's bounds (ms): cumulative buckets, as Prometheus reads them.
+LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 def _text(value: Any) -> str:
@@ -74,8 +77,13 @@ class EventLog:
         return pending
 
     def queue_mirror(self, pipe: redis.client.Pipeline, pending: list[dict[str, str]]) -> None:
-        """Queue one command that appends ``pending`` to the global stream, in order."""
-        args: list[str | int] = [self._global_maxlen]
+        """Queue one command that appends ``pending`` to the global stream, in order, and
+        adds what they count to the fleet's metrics (summed here: one increment a counter
+        per batch, not a dozen per model call)."""
+        counts, high_water = fleet_counts(pending)
+        args: list[str | int] = [self._global_maxlen, high_water, len(counts)]
+        for name, n in counts.items():
+            args += [name, n]
         for fields in pending:
             args.append(2 * len(fields))
             for item in fields.items():
@@ -187,3 +195,52 @@ class EventLog:
             for event in self.read_after(job_id, after, block_ms=block_ms):
                 after = event.id
                 yield event
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(float(value or 0))
+    except ValueError:
+        return 0
+
+
+def fleet_counts(entries: list[dict[str, str]]) -> tuple[Counter[str], int]:
+    """What mirror entries add to the fleet's metrics (``rf:metrics``), and the largest
+    input among their model calls (tokens; 0 if none).
+
+        event|<name>|<role>        every event, by name and role ('' if none)
+        reaps, redeliveries        attempts ended by an expired lease, lost deliveries
+        tokens|input|cached|output model.called tokens; cost_micro_usd, and
+        cost_micro_usd|<tenant>    by the tenant the call's job runs for
+        latency|le|<ms>, latency|count, latency|sum   the step latency histogram
+                                   (cumulative; steps only, not summarizing calls)
+    """
+    counts: Counter[str] = Counter()
+    high_water = 0
+    for f in entries:
+        name = f.get("event", "?")
+        counts[f"event|{name}|{f.get('role', '')}"] += 1
+        reason = f.get("reason", "")
+        if name in ("task.requeued", "task.dead"):
+            if reason.startswith("lease expired"):
+                counts["reaps"] += 1
+            elif reason.startswith("delivery lost"):
+                counts["redeliveries"] += 1
+        elif name == "model.called":
+            given = _int(f.get("input_tokens"))
+            high_water = max(high_water, given)
+            counts["tokens|input"] += given
+            counts["tokens|cached"] += _int(f.get("cached_tokens"))
+            counts["tokens|output"] += _int(f.get("output_tokens"))
+            cost = _int(f.get("cost_micro_usd"))
+            counts["cost_micro_usd"] += cost
+            if "tenant" in f:
+                counts[f"cost_micro_usd|{f['tenant']}"] += cost
+            if f.get("latency_ms") and f.get("kind") != "compaction":  # a summary is no step
+                ms = _int(f["latency_ms"])
+                for le in LATENCY_BUCKETS_MS:
+                    if ms <= le:
+                        counts[f"latency|le|{le}"] += 1
+                counts["latency|count"] += 1
+                counts["latency|sum"] += ms
+    return +counts, high_water

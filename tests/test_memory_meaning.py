@@ -92,6 +92,17 @@ def test_vectors_are_stored_with_their_items_and_deleted_with_them(
     counting = Counting()
     assert Recall(store, counting).search(CTX, "how long are backups kept?", k=1)
     assert counting.texts == 1  # the question only
+    # A search with nothing in its reach (an empty tenant, a scope nobody wrote in) embeds
+    # not even the question: a run's recall over an empty memory costs one round trip.
+    stranger = MemoryContext(tenant="nobody", user="u", job="j-2", task="t-2", actor="test")
+    assert Recall(store, counting).search(stranger, "how long are backups kept?") == []
+    assert (
+        Recall(store, counting).search(
+            CTX, "how long are backups kept?", scopes=[Scope.parse("user:someone-else:")]
+        )
+        == []
+    )
+    assert counting.texts == 1
     store.forget(CTX, [ids[4]])
     assert not state.client.exists(key)
     hits = Recall(store, embedder).search(CTX, "how long are backups kept?", k=5)

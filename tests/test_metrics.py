@@ -117,12 +117,25 @@ def test_reaps_are_counted_as_the_job_streams_record_them(state: State, start_fl
     assert wait_for(reaps, 30, "the reaps to be counted") == 2
 
 
-def test_the_collector_knows_the_buckets_the_mirror_counts_into() -> None:
-    import re
-    from pathlib import Path
+def test_a_mirror_batch_sums_its_counters_once() -> None:
+    """The worker sums a batch's counters: two steps and a summary give one increment each."""
+    from shared_state.events import fleet_counts
 
-    from coordinator.metrics import LATENCY_BUCKETS_MS
+    def called(ms: str, kind: str = "step") -> dict[str, str]:
+        return {"event": "model.called", "role": "coder", "input_tokens": "700",
+                "cached_tokens": "100", "output_tokens": "20", "cost_micro_usd": "5",
+                "tenant": "acme", "latency_ms": ms, "kind": kind}  # fmt: skip
 
-    lua = Path(__file__).parent.parent / "shared_state" / "lua" / "mirrorEvents-2.lua"
-    (listed,) = re.findall(r"LATENCY_BUCKETS_MS = \{([^}]*)\}", lua.read_text())
-    assert tuple(int(x) for x in listed.split(",")) == LATENCY_BUCKETS_MS
+    batch = [
+        called("90"),
+        called("3000"),
+        called("9", kind="compaction"),
+        {"event": "task.requeued", "role": "coder", "reason": "lease expired at 12"},
+    ]
+    counts, high_water = fleet_counts(batch)
+    assert high_water == 700
+    assert counts["event|model.called|coder"] == 3 and counts["reaps"] == 1
+    assert counts["tokens|input"] == 2_100 and counts["cost_micro_usd|acme"] == 15
+    assert counts["latency|count"] == 2 and counts["latency|sum"] == 3_090
+    assert counts["latency|le|100"] == 1 and counts["latency|le|2500"] == 1
+    assert counts["latency|le|5000"] == 2 and "redeliveries" not in counts

@@ -165,7 +165,7 @@ class Recall:
         if not wanted or k <= 0:
             return []
         embedder = None if ranking == "keyword" else self.embedder
-        query_vector = embedder.embed([query])[0] if embedder is not None else None
+        query_vector: np.ndarray | None = None
         allowed = [str(s) for s in scopes]
         visible = None if operator else ctx.visible()
         if visible is not None and allowed:
@@ -174,10 +174,18 @@ class Recall:
             visible = tuple(allowed)
         enough = max(k * 4, 32)
         while True:
-            ranked, more = self._rank(
+            found = self._rank(
                 ctx.tenant, embedder, wanted, query_vector, ranking, visible, min_authority,
                 kinds, enough,
             )  # fmt: skip
+            if found is None:
+                # There is something to score by meaning: embed the query (outside the
+                # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
+                # search costs no embedding at all.
+                assert embedder is not None
+                query_vector = embedder.embed([query])[0]
+                continue
+            ranked, more = found
             if not ranked:
                 return []
             now, served = ranked[0][2], ranked[0][3]
@@ -207,9 +215,12 @@ class Recall:
         min_authority: int,
         kinds: Sequence[str],
         enough: int,
-    ) -> tuple[list[tuple[str, float, int, str]], bool]:
+    ) -> tuple[list[tuple[str, float, int, str]], bool] | None:
         """The ``enough`` best candidates (and any tying with the last), best first, each
-        with Redis's time and the ranking that served; and whether there are more."""
+        with Redis's time and the ranking that served; and whether there are more.
+
+        None: the index has items the filters let through and vectors to rank them by,
+        but no ``query_vector`` was given (the caller embeds the query and asks again)."""
         # The index changes in place as the tenant's memory does: another task slot of this
         # process must not score it halfway through (hits are re-read outside).
         with self._lock:
@@ -218,8 +229,12 @@ class Recall:
             if not len(index):
                 return [], False
             mask = index.mask(now, scopes=visible, min_authority=min_authority, kinds=kinds)
+            if not mask.any():
+                return [], False
             alike = None
-            if query_vector is not None and not tenant.embedding:
+            if embedder is not None and ranking != "keyword" and index.dim and not tenant.embedding:
+                if query_vector is None:
+                    return None
                 alike = index.alike(query_vector)
             if alike is None:
                 ranking = "keyword"

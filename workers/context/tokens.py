@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from functools import cache
 
 import tiktoken
 
@@ -86,12 +85,17 @@ class Tokenizer:
         return text if len(ids) <= tokens else self.encoding.decode(ids[:tokens])
 
 
-@cache
+_made: dict[str, Tokenizer] = {}
+_making = threading.Lock()
+
+
 def tokenizer_for(model: str = "") -> Tokenizer:
-    """The shared tokenizer of a model (by ``ENCODING_FOR_MODEL``)."""
-    return _tokenizer(ENCODING_FOR_MODEL.get(model, DEFAULT_ENCODING))
-
-
-@cache
-def _tokenizer(encoding: str) -> Tokenizer:
-    return Tokenizer(encoding)
+    """The shared tokenizer of a model (by ``ENCODING_FOR_MODEL``): one per encoding and
+    process. Made under a lock: a worker's task slots start at once, and an encoding
+    costs ~0.6 s of CPU to load, which each would otherwise pay."""
+    encoding = ENCODING_FOR_MODEL.get(model, DEFAULT_ENCODING)
+    with _making:
+        made = _made.get(encoding)
+        if made is None:
+            made = _made[encoding] = Tokenizer(encoding)
+        return made
