@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -153,16 +154,31 @@ class TokenBudget:
     def settle(self, reservation: Reservation, used: int, cost_usd: float = 0.0) -> BudgetState:
         """Give back ``reservation``, charging the ``used`` tokens and ``cost_usd`` (once,
         however often called), to the job and to its tenant's day."""
-        args = [reservation.id, used, round(cost_usd * MICRO)]
-        calls = [(self.job_id, [self.key], args)]
-        if reservation.tenant_key:
-            calls.append((self.job_id, [reservation.tenant_key], args))
-        job, *tenant = self.runner.run_many("settleTokens", calls)
+        job, *tenant = self.runner.run_many(
+            "settleTokens", self._settles(reservation, used, cost_usd)
+        )
         for r in (job, *tenant):
             if isinstance(r, Exception):
                 raise r
         assert isinstance(job, ScriptResult)
         return _state(job.data)
+
+    def settle_with_next_write(
+        self, reservation: Reservation, used: int, cost_usd: float = 0.0
+    ) -> None:
+        """``settle``, sent with this thread's next write (the call's usage record, which
+        follows it at once): no round trip of its own."""
+        calls = [("settleTokens", *c) for c in self._settles(reservation, used, cost_usd)]
+        self.runner.ride(calls, _raise_error)
+
+    def _settles(
+        self, reservation: Reservation, used: int, cost_usd: float
+    ) -> list[tuple[str, list[str], list[Any]]]:
+        args = [reservation.id, used, round(cost_usd * MICRO)]
+        calls: list[tuple[str, list[str], list[Any]]] = [(self.job_id, [self.key], args)]
+        if reservation.tenant_key:
+            calls.append((self.job_id, [reservation.tenant_key], args))
+        return calls
 
     def raise_to(self, *, tokens: int | None = None, usd: float | None = None) -> None:
         """Set the job's token and (or) money budget (0: none), for a job to go on; the
@@ -192,3 +208,8 @@ class TokenBudget:
 
 def _state(data: dict[str, int]) -> BudgetState:
     return BudgetState(int(data["limit"]), int(data["used"]), int(data["reserved"]))
+
+
+def _raise_error(res: ScriptResult | redis.ResponseError) -> None:
+    if isinstance(res, redis.ResponseError):
+        raise res

@@ -53,6 +53,17 @@ class JournalEntry(BaseModel):
         return self.model_copy(update={"status": status, "result": result[:1_000]})
 
 
+class Opening(BaseModel):
+    """What a task run starts from, read in one round trip (``Records.opening``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    checkpoint: str | None  # the task's last checkpoint (JSON), if any
+    journal: dict[str, JournalEntry]  # the task's journal entries by key
+    input: str | None  # its input artifact's text; None when it has none, or when a
+    # forget redacted it to a copy (read it through the artifact store then)
+
+
 class Records:
     """The journal, checkpoints, workspace and progress of one job."""
 
@@ -69,6 +80,25 @@ class Records:
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
         """A task's journal entries by key, in no particular order."""
         return {e.key: e for e in self.entries() if e.task_id == task_id}
+
+    def opening(self, task_id: str, input_id: str = "") -> Opening:
+        """A task's checkpoint, its journal and its input's text, in one round trip (the
+        job's journal is read whole: its entries are not indexed by task)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(keys.checkpoints(self.job_id), task_id)
+        pipe.hgetall(keys.journal(self.job_id))
+        if input_id:
+            pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
+        saved, journal, *artifact = pipe.execute()
+        entries = [JournalEntry.model_validate_json(v) for v in journal.values()]
+        text = None
+        if artifact and artifact[0][0] is not None and artifact[0][1] is None:
+            text = artifact[0][0].decode()
+        return Opening(
+            checkpoint=saved.decode() if saved is not None else None,
+            journal={e.key: e for e in entries if e.task_id == task_id},
+            input=text,
+        )
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)
@@ -93,11 +123,13 @@ class Records:
         files: Mapping[str, str] | None = None,
         progress: Mapping[str, str | int] | None = None,
         file_guards: Mapping[str, str | None] | None = None,
+        ride: bool = False,
     ) -> None:
         """Write any of them in one fenced, atomic step.
 
         ``file_guards``: path -> the workspace value the writer read (None: no entry);
         if any changed since, RecordChanged is raised and nothing is written.
+        ``ride``: with this thread's next write, not in a round trip of its own.
         """
         writes = [(keys.journal(self.job_id), e.key, e.model_dump_json()) for e in journal]
         if checkpoint is not None:
@@ -106,4 +138,4 @@ class Records:
         writes += [(keys.progress(self.job_id), k, str(v)) for k, v in (progress or {}).items()]
         guards = [(keys.workspace(self.job_id), p, v) for p, v in (file_guards or {}).items()]
         if writes:
-            self.tasks.owner_write(claim, writes, guards)
+            self.tasks.owner_write(claim, writes, guards, ride=ride)

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -154,11 +156,24 @@ ACKS = "rf:acks"  # a channel nobody reads: a PUBLISH is a write that replicates
 FIRST_SEND_COUNTS = frozenset({"reapTask", "redeliverTask"})
 
 
+# One script call: (script name, job id, keys, args).
+Call = tuple[str, str, list[str], list[Any]]
+# What a caller of ``Runner.ride`` does with its call's answer (raises to refuse it).
+Check = Callable[[ScriptResult | redis.ResponseError], None]
+
+
 class Runner:
     """Calls scripts for one client, mirroring the events they emit.
 
     Once a batch of global-mirror entries has queued up, it rides in the same
     pipeline as the next EVALSHA, so a worker's write stays one round trip.
+
+    A write that need not be made before the thread's next one (a step's
+    checkpoint, which must only precede the next model call; a settlement,
+    which the call's usage record follows at once) can ride too: ``ride``
+    queues it for the calling thread, and the thread's next pipeline sends it
+    first, in order (``flush`` sends what waits on its own). Its answer is
+    checked as it comes: a refused rider (fenced) raises there.
 
     ``replicas`` > 0 (``durability replicated``): each call's pipeline ends
     with a PUBLISH and ``WAIT replicas REPLICA_WAIT_MS``, so a claim,
@@ -187,12 +202,30 @@ class Runner:
         self.replicas = replicas
         self.deadline_s = deadline_s
         self.unacknowledged = 0  # sends no replica acknowledged in time, so far
+        self._local = threading.local()  # each thread's riders: list[tuple[Call, Check]]
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
-        (result,) = self._run(name, [(job_id, keys, args)])
+        (result,) = self._run([(name, job_id, keys, args)])
         if isinstance(result, Exception):
             raise result
         return result
+
+    def ride(self, calls: list[Call], check: Check) -> None:
+        """Queue ``calls`` to go first in this thread's next pipeline; ``check`` is given
+        each one's answer then."""
+        riders = self._riders()
+        riders.extend((call, check) for call in calls)
+
+    def flush(self) -> None:
+        """Send what rides, if anything, now (before what must follow it: a model call)."""
+        if self._riders():
+            self._run([])
+
+    def _riders(self) -> list[tuple[Call, Check]]:
+        riders = getattr(self._local, "riders", None)
+        if riders is None:
+            riders = self._local.riders = []
+        return riders
 
     def run_many(
         self, name: str, calls: list[tuple[str, list[str], list[Any]]]
@@ -203,32 +236,39 @@ class Runner:
         round trip each. Each call's error reply (OOM, READONLY) is its own,
         in its place in the list; a lost connection raises ConnectionFailed.
         """
-        return self._run(name, calls)
+        return self._run([(name, job_id, keys, args) for job_id, keys, args in calls])
 
-    def _run(
-        self, name: str, calls: list[tuple[str, list[str], list[Any]]]
-    ) -> list[ScriptResult | redis.ResponseError]:
+    def _run(self, calls: list[Call]) -> list[ScriptResult | redis.ResponseError]:
+        """``calls``' answers, after this thread's riders (sent first and checked here)."""
+        riders = self._riders()
+        taken, riders[:] = riders[:], []
+        if not taken and not calls:
+            return []
+        answers = self._send_all([call for call, _ in taken] + calls)
+        for (_, check), answer in zip(taken, answers, strict=False):
+            check(answer)
+        return answers[len(taken) :]
+
+    def _send_all(self, calls: list[Call]) -> list[ScriptResult | redis.ResponseError]:
         pending = self.events.take_batch()
         started = time.monotonic()
-        sends = [self._call_many(name, calls, pending)]
+        sends = [self._call_many(calls, pending)]
         while not sends[-1][1]:  # no replica acknowledged it (only when replicas are asked)
             self.unacknowledged += 1
             if time.monotonic() - started > self.deadline_s:
-                self._answers(name, calls, sends)  # what reached the job streams is mirrored
-                raise NotReplicated(name, self.replicas, self.deadline_s)
-            sends.append(self._call_many(name, calls, []))
-        return self._answers(name, calls, sends)
+                self._answers(calls, sends)  # what reached the job streams is mirrored
+                names = "+".join(dict.fromkeys(name for name, *_ in calls))
+                raise NotReplicated(names, self.replicas, self.deadline_s)
+            sends.append(self._call_many(calls, []))
+        return self._answers(calls, sends)
 
     def _answers(
-        self,
-        name: str,
-        calls: list[tuple[str, list[str], list[Any]]],
-        sends: list[tuple[list[Any], bool]],
+        self, calls: list[Call], sends: list[tuple[list[Any], bool]]
     ) -> list[ScriptResult | redis.ResponseError]:
         """Each call's answer from its sends (first to last); every send's events deferred
         for the mirror, each once."""
         results: list[ScriptResult | redis.ResponseError] = []
-        for i, (job_id, _, _) in enumerate(calls):
+        for i, (name, job_id, _, _) in enumerate(calls):
             answers = [_parsed(replies[i]) for replies, _ in sends]
             seen: set[str] = set()
             for answer in answers:  # a replay answers with no events, or with the same ones
@@ -274,12 +314,10 @@ class Runner:
             self.events.defer_mirrored(pending)
         return rest
 
-    def _call_many(
-        self, name: str, calls: list[tuple[str, list[str], list[Any]]], pending: list
-    ) -> tuple[list[Any], bool]:
+    def _call_many(self, calls: list[Call], pending: list) -> tuple[list[Any], bool]:
         """The scripts' replies, and whether the replicas asked for acknowledged them."""
         pipe = self._pipeline(pending)
-        for _, keys, args in calls:
+        for name, _, keys, args in calls:
             evalsha(pipe, name, keys, args)
         self._durable(pipe)
         replies, acked = self._acks(self._send(pipe, pending))
@@ -288,10 +326,11 @@ class Runner:
             # The server lost its script cache (restart, SCRIPT FLUSH, a failover to a
             # replica that never loaded it): load, send those again. Their WAIT is the
             # one that counts: it covers what the first pipeline wrote too.
-            load(self.client, name)
+            for name in dict.fromkeys(calls[i][0] for i in unrun):
+                load(self.client, name)
             pipe = self.client.pipeline(transaction=False)
             for i in unrun:
-                _, keys, args = calls[i]
+                name, _, keys, args = calls[i]
                 evalsha(pipe, name, keys, args)
             self._durable(pipe)
             redone, acked = self._acks(pipe.execute(raise_on_error=False))

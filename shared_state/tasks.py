@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from . import keys
 from .backoff import Failure, retry_args
 from .delivery import Delivery, Envelope
@@ -24,7 +26,7 @@ from .errors import (
 from .models import Claim, Job, Role, Task
 from .redact import redact
 from .replies import ABSENT, Asked, check
-from .scripts import Runner, server_ms, to_ms
+from .scripts import Runner, ScriptResult, server_ms, to_ms
 
 
 def new_task_id(role: Role) -> str:
@@ -240,13 +242,16 @@ class TaskStore:
         claim: Claim,
         writes: Sequence[tuple[str, str, str]],
         guards: Sequence[tuple[str, str, str | None]] = (),
+        *,
+        ride: bool = False,
     ) -> None:
         """Fenced HSETs into the record hashes of the claim's job: (key, field, value) each.
 
         The keys must be the job's journal, checkpoints, workspace or progress; any other
         raises ForeignTarget and nothing is written. ``guards`` (key, field, value read,
         None for a field that did not exist): any that changed since raises
-        RecordChanged, and nothing is written.
+        RecordChanged, and nothing is written. ``ride``: sent with this thread's next
+        write (``Runner.ride``), which raises what this one would.
         """
         targets = list(dict.fromkeys(key for key, _, _ in [*guards, *writes]))
 
@@ -254,13 +259,12 @@ class TaskStore:
             return (targets.index(key) + 1, field, ABSENT if value is None else value)
 
         args = [x for g in guards for x in triple(*g)] + [x for w in writes for x in triple(*w)]
-        res = self.runner.run(
-            "ownerWrite",
-            claim.job_id,
-            [*keys.script_keys("ownerWrite", claim.job_id, claim.task_id), *targets],
-            [claim.token, claim.owner, len(guards), *args],
-        )
-        check("ownerWrite", res, Asked.owner(claim))
+        where = [*keys.script_keys("ownerWrite", claim.job_id, claim.task_id), *targets]
+        call = ("ownerWrite", claim.job_id, where, [claim.token, claim.owner, len(guards), *args])
+        if ride:
+            self.runner.ride([call], lambda res: _checked("ownerWrite", res, Asked.owner(claim)))
+            return
+        check("ownerWrite", self.runner.run(*call), Asked.owner(claim))
 
     def children(self, job_id: str, parent_id: str, wave: str) -> list[Task]:
         """The tasks ``parent_id`` spawned for the stage ``wave``, in creation order."""
@@ -393,3 +397,10 @@ class TaskStore:
             [(job_id, t.decode()) for job_id, ids in zip(job_ids, lists, strict=True) for t in ids]
         )
         return [(t, t.lease_until - now_ms) for t in tasks if t.status == "claimed"]
+
+
+def _checked(script: str, res: ScriptResult | redis.ResponseError, asked: Asked) -> None:
+    """``check`` for a call that rode with another: its error reply raised as it is."""
+    if isinstance(res, redis.ResponseError):
+        raise res
+    check(script, res, asked)

@@ -87,9 +87,12 @@ class AgentLoop:
     def run(self, system: str, history: Sequence[Message], *, reference: str = "") -> AgentOutcome:
         self.history, self.tool_errors, self.last_error = list(history), 0, ""
         self.delivered = 0
+        # What a model call records costs two round trips: the reservation (carrying the
+        # last step's checkpoint) before it, the settlement with the usage after it.
         for step in range(1, self.limits.max_steps + 1):
             prompt = self.build(system, reference)
             held = self.reserve(prompt)
+            self.context.flush()  # the checkpoint, if no reservation carried it
             response: ModelResponse | None = None
             try:
                 response, latency_ms = self.call(prompt)
@@ -97,10 +100,13 @@ class AgentLoop:
                 self.settle(held, response)
             self.record(step, prompt, response, latency_ms)
             outcome = self.act(step, response)
-            if outcome is None or not outcome.ended_by:
+            if outcome is None:
+                self.checkpoint(ride=True)  # before the next call, with its reservation
+                continue
+            if not outcome.ended_by:
                 self.checkpoint()
-            if outcome is not None:
-                return outcome
+            self.context.flush()  # the settlement, if no usage record carried it
+            return outcome
         return self._outcome(False, f"no answer within {self.limits.max_steps} steps")
 
     # -- the steps ---------------------------------------------------------------------
@@ -148,7 +154,8 @@ class AgentLoop:
         u = response.usage
         price = price_of(response.served_by or self.provider.model)
         cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
-        self.budget.settle(held, u.input_tokens + u.output_tokens, cost)
+        # With the call's usage record, which ``record`` sends next.
+        self.budget.settle_with_next_write(held, u.input_tokens + u.output_tokens, cost)
 
     def record(self, step: int, prompt: Prompt, response: ModelResponse, latency_ms: float) -> None:
         self.ledger.record_prompt(
@@ -195,8 +202,8 @@ class AgentLoop:
             return self._outcome(False, reason, steps=step)
         return None
 
-    def checkpoint(self) -> None:
-        self.context.checkpoint()
+    def checkpoint(self, *, ride: bool = False) -> None:
+        self.context.checkpoint(ride=ride)
 
     def _outcome(
         self, ok: bool, reason: str, *, answer: str = "", steps: int = 0, ended_by: str = ""

@@ -74,13 +74,19 @@ class Journal:
     """One task's journal, for the stage it runs now."""
 
     def __init__(
-        self, run: TaskRun, records: Records, stage: str, kinds: Sequence[EffectKind]
+        self,
+        run: TaskRun,
+        records: Records,
+        stage: str,
+        kinds: Sequence[EffectKind],
+        entries: dict[str, JournalEntry] | None = None,
     ) -> None:
+        """``entries``: the task's journal as the run's opening read it (else read now)."""
         self.run = run
         self.records = records
         self.stage = stage or "start"
         self.kinds = {k.name: k for k in kinds}
-        self.entries = records.journal(run.task.task_id)
+        self.entries = records.journal(run.task.task_id) if entries is None else entries
 
     def key(self, tool: str, target: str, arguments: dict[str, Any]) -> str:
         digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:8]

@@ -31,14 +31,18 @@ class RunContext:
         artifacts: ArtifactSink,
         journal: Journal | None = None,
         source: str = "",
-        save: Callable[[WorkingState], None] | None = None,
+        save: Callable[[WorkingState, bool], None] | None = None,
+        flush: Callable[[], None] | None = None,
     ) -> None:
+        """``save(state, ride)``: writes a checkpoint (with the run's next write, if
+        ``ride``); ``flush``: sends what rides now."""
         self._state = state
         self.artifacts = artifacts
         self.journal = journal
         self.source = source  # what the artifacts the run stores name as their source
         self.step = 0  # the model call whose answer is being acted on (set by the loop)
         self._save = save
+        self._flush = flush
 
     @property
     def state(self) -> WorkingState:
@@ -100,7 +104,16 @@ class RunContext:
             facts = [(f"resumed; journal settled: {n}", "journal") for n in notes]
             self.update(lambda s: s.apply_model_update(step=0, facts=facts))
 
-    def checkpoint(self) -> None:
-        """Save the state the context holds (a run without a saver keeps it in memory only)."""
+    def checkpoint(self, *, ride: bool = False) -> None:
+        """Save the state the context holds (a run without a saver keeps it in memory only).
+
+        ``ride``: with the run's next write (the next call's reservation), which
+        ``flush`` makes sure goes before the next model call.
+        """
         if self._save is not None:
-            self._save(self._state)
+            self._save(self._state, ride)
+
+    def flush(self) -> None:
+        """Send a checkpoint (or a settlement) still riding: before a model call."""
+        if self._flush is not None:
+            self._flush()

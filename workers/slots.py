@@ -34,12 +34,14 @@ import time
 
 import redis
 import structlog
+from redis.client import Pipeline
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
+from rq.utils import now as rq_now
 
 from shared_state.client import ClientOptions, sibling
 
@@ -57,6 +59,11 @@ _RESUME_CAP_S = 5.0
 _STEADY_S = 30.0  # an RQ loop that ran this long was no quick failure: the pause starts over
 RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
 _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
+# RQ heartbeats a worker up to five times a job, each an HSET and two EXPIREs sent one
+# by one. Every turn of its loop already sends one (``check_for_suspension``, pipelined
+# with its EXISTS) and the key lives worker_ttl + 60 s, so a slot sends its other
+# heartbeats at most this often, and each in one round trip.
+RQ_HEARTBEAT_EVERY_S = 10.0
 
 
 class _LeaseDecides(BaseDeathPenalty):
@@ -115,6 +122,23 @@ class SlotWorker(SimpleWorker):
         if self.stopping.is_set():
             self._stop_requested = True
         super().check_for_suspension(burst)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if pipeline is not None or timeout is not None:
+            super().heartbeat(timeout, pipeline)
+            return
+        last = self.last_heartbeat
+        if last is not None and (rq_now() - last).total_seconds() < RQ_HEARTBEAT_EVERY_S:
+            return
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(None, pipe)
+            pipe.execute()
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
+        # RQ records "idle" as a job ends and again as the next dequeue starts: once will do.
+        if pipeline is None and state == self.get_state():
+            return
+        super().set_state(state, pipeline)
 
     def set_shutdown_requested_date(self) -> None:
         # Not written: RQ writes it from the signal handler, in the middle of a task,

@@ -95,17 +95,21 @@ class AgentTask:
             run.state.client, tenant=run.job.tenant, tree=run.job.workspace, job_id=run.task.job_id
         )
         self.tok = tokenizer_for()
-        self.input = (
-            TaskInput.model_validate_json(self.artifacts.text(self.task.input))
-            if self.task.input
-            else None
-        )
+        # The run's records, read once and together: checkpoint, journal, input.
+        opening = self.records.opening(self.task.task_id, self.task.input)
+        self.input = None
+        if self.task.input:
+            given = opening.input
+            if given is None:  # redacted to a copy by a forget: the store follows it
+                given = self.artifacts.text(self.task.input)
+            self.input = TaskInput.model_validate_json(given)
         self.context = RunContext(
-            self._restored(),
+            self._restored(opening.checkpoint),
             artifacts=self.artifacts,
-            journal=Journal(run, self.records, self.task.stage, self.effects()),
+            journal=Journal(run, self.records, self.task.stage, self.effects(), opening.journal),
             source=f"task:{self.task.task_id}",
             save=self._save,
+            flush=run.state.runner.flush,
         )
         self.ledger = CallLedger()  # the job's, once the run has a provider (``drive``)
         # Whose memory: the job's tenant and user, never anything a model said.
@@ -117,15 +121,14 @@ class AgentTask:
             actor=worker,
         )
 
-    def _restored(self) -> WorkingState:
-        """The last checkpointed working state, or a fresh one.
+    def _restored(self, saved: str | None) -> WorkingState:
+        """The last checkpointed working state (``saved``), or a fresh one.
 
         A checkpoint this version cannot read (written by an older one) is not
         a reason to lose the task: it starts from a fresh state, its journal
         still settles what was done, and a ``checkpoint.unreadable`` event says so.
         """
         fresh = WorkingState(goal=self.input.brief if self.input else self.run.job.goal)
-        saved = self.records.checkpoint(self.task.task_id)
         if not saved:
             return fresh
         try:
@@ -215,7 +218,8 @@ class AgentTask:
         refs: list[ArtifactRef] = []
         if self.input:
             lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
-            refs = [self.artifacts.get(i) for i in self.input.inputs]
+            found = self.artifacts.refs(list(self.input.inputs))  # one read for them all
+            refs = [found.get(i) or self.artifacts.get(i) for i in self.input.inputs]
             if refs:
                 lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
         if self.run.job.check:
@@ -291,9 +295,9 @@ class AgentTask:
             return [], tool
         return [Message(role="assistant", content="", tool_calls=(call,)), result.message(call)], ""
 
-    def _save(self, working: WorkingState) -> None:
+    def _save(self, working: WorkingState, ride: bool) -> None:
         self.run.check()
-        self.records.write(self.run.claim, checkpoint=working.model_dump_json())
+        self.records.write(self.run.claim, checkpoint=working.model_dump_json(), ride=ride)
 
     def write_files(
         self, files: dict[str, str], guards: dict[str, str | None] | None = None
@@ -386,8 +390,11 @@ class AgentTask:
         """The summaries of the children this task waited for (the wave it resumes at)."""
         tasks = self.run.state.tasks
         children = tasks.children(self.task.job_id, self.task.task_id, self.task.stage)
+        found = self.artifacts.contents([c.result for c in children if c.result])  # one read
         return [
-            Summary.model_validate_json(self.artifacts.text(c.result)) for c in children if c.result
+            Summary.model_validate_json(found.get(c.result) or self.artifacts.content(c.result))
+            for c in children
+            if c.result
         ]
 
     def results_message(self) -> list[Message]:

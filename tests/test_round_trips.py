@@ -1,0 +1,94 @@
+"""What a model call costs in round trips to Redis, counted on the wire.
+
+Against a real Redis through the loopback proxy, which counts the reads of
+client bytes it passes on (a pipeline is one): a call's reservation carries
+the last step's checkpoint, and its settlement rides with its usage record,
+so a call costs two round trips whatever it records (four before: the
+reservation, the settlement, the usage, the checkpoint).
+"""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from shared_state import Fenced, JobSpec, State
+from shared_state.scripts import SCRIPTS, load
+from workers.agent import AgentLoop
+from workers.context import CallLedger, ContextEngine, WorkingState
+from workers.llm import Scenario, ScriptedProvider
+from workers.roles.meter import Meter
+from workers.run_context import RunContext
+from workers.tools import Tool, ToolBox, ToolResult
+
+from .proxy import FaultProxy
+
+ROUND_TRIPS_PER_CALL = 2  # the reservation (with a checkpoint), the settlement with the usage
+
+
+class AddArgs(pydantic.BaseModel):
+    a: int
+    b: int
+
+
+ADD = Tool("add", "Add two integers.", AddArgs, lambda ctx, a: ToolResult(content=str(a.a + a.b)))
+
+
+def _steps(n: int) -> Scenario:
+    add = {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}
+    return Scenario.model_validate(
+        {"name": "t", "roles": {"coder": [add] * (n - 1) + [{"text": "3"}]}}
+    )
+
+
+def test_a_model_call_records_in_two_round_trips(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    claimed = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    assert claimed is not None
+    records = remote.records(job.job_id)
+
+    def save(working: WorkingState, ride: bool) -> None:
+        records.write(claimed.claim, checkpoint=working.model_dump_json(), ride=ride)
+
+    provider = ScriptedProvider(_steps(4), "coder")
+    context = RunContext(
+        WorkingState(goal="g"), artifacts=remote.artifacts(job.job_id), save=save,
+        flush=remote.runner.flush,
+    )  # fmt: skip
+    ledger = CallLedger(job=Meter(remote, claimed.task, "w1", provider))
+    budget = remote.budget(job.job_id)
+    for name in SCRIPTS:  # loaded, as a worker that ran a task has them: the calls' own count
+        load(state.client, name)
+    loop = AgentLoop(
+        provider, ContextEngine(remote.artifacts(job.job_id)), ToolBox([ADD]), context,
+        ledger=ledger, budget=budget,
+    )  # fmt: skip
+    before = proxy.requests
+    outcome = loop.run("You add.", [])
+    spent = proxy.requests - before
+    assert outcome.ok and outcome.steps == 4
+    # Besides the calls' own: each tool result stored as it arrives (3), and the run's
+    # last checkpoint, written at once as it ends.
+    budget_trips = ROUND_TRIPS_PER_CALL * 4 + 3 + 1
+    assert spent <= budget_trips, f"{spent} round trips for 4 calls (budget {budget_trips})"
+    # Nothing that rode was lost: every call counted and settled, the state checkpointed.
+    usage = state.usage(job.job_id).get()
+    assert usage.calls == 4 and state.budget(job.job_id).state().reserved == 0
+    saved = state.records(job.job_id).checkpoint(job.root_task)
+    assert saved is not None and WorkingState.model_validate_json(saved) == context.state
+
+
+def test_a_refused_rider_raises_at_the_write_that_carried_it(state: State) -> None:
+    job = state.jobs.submit(JobSpec(goal="g"))
+    claimed = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    assert claimed is not None
+    stale = claimed.claim.model_copy(update={"token": claimed.claim.token - 1})
+    state.records(job.job_id).write(stale, checkpoint="{}", ride=True)
+    assert state.records(job.job_id).checkpoint(job.root_task) is None  # not sent yet
+    with pytest.raises(Fenced):
+        state.budget(job.job_id).reserve(10)
+    # It went, and was refused: nothing waits to go again with the next write.
+    assert state.records(job.job_id).checkpoint(job.root_task) is None
+    state.budget(job.job_id).reserve(10)
