@@ -93,6 +93,8 @@ import redis
 from fleet_procs import still_running, workers_of
 from rich.console import Console
 from rich.table import Table
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
 
 from shared_state import JobSpec, RedisServer, Scenario, State, keys
 
@@ -102,7 +104,9 @@ CONCURRENCY_FLAG = "--concurrency"  # the concurrent fleet's option of `redfleet
 FINISHED = ("succeeded", "failed", "cancelled")
 RUN_ENDS = {"task.succeeded", "task.waiting", "task.failed", "task.requeued", "task.dead",
             "task.blocked"}  # fmt: skip
-GOALS = {"running_tasks": 500, "mb_per_agent": 20.0, "throughput_share": 0.9}
+GOALS = {"running_tasks": 500, "mb_per_agent": 20.0, "throughput_share": 0.9,
+         "worker_ms_per_call": 3.0, "redis_ms_per_call": 0.5,
+         "round_trips_per_task": 25.0}  # fmt: skip
 BASELINE_MB_PER_AGENT = 98.0
 SAMPLE_S = 0.1
 IDLE_S = 3.0
@@ -189,18 +193,21 @@ class Counted(redis.connection.Connection):
     """A connection that counts the commands it sends (a pipeline's, one by one)."""
 
     sent: ClassVar[Counter[str]] = Counter()
+    trips: ClassVar[Counter[str]] = Counter()  # round trips: a command, or a pipeline
     lock: ClassVar[threading.Lock] = threading.Lock()
     label = "harness"
 
     def pack_command(self, *args: Any) -> list[bytes]:
         with Counted.lock:
             Counted.sent[self.label] += 1
+            Counted.trips[self.label] += 1
         return super().pack_command(*args)
 
     def pack_commands(self, commands: Any) -> list[bytes]:
         commands = list(commands)
         with Counted.lock:
             Counted.sent[self.label] += len(commands)
+            Counted.trips[self.label] += 1
         return super().pack_commands(commands)
 
 
@@ -519,10 +526,12 @@ class LoadRun:
         cpu0, calls0 = _cpu(workers), self.loopback.stats(reset_max=True)
         server_cpu0 = self.loopback.cpu_s()
         sup0 = psutil.Process(fleet.proc.pid).cpu_times()
-        info0 = sampling.info("stats")["total_commands_processed"]
+        server0 = sampling.info("stats")
+        info0, reads0 = server0["total_commands_processed"], server0["total_reads_processed"]
         stats0 = sampling.info("commandstats")
         redis_cpu0 = sampling.info("cpu")
-        sent0 = dict(Counted.sent)
+        phases0 = _phases(sampling)
+        sent0, trips0 = dict(Counted.sent), dict(Counted.trips)
         me0, machine0 = psutil.Process().cpu_times(), _busy_s()
         hung0, died0 = fleet.logged("fleet.worker_hung"), fleet.logged("fleet.worker_died")
 
@@ -595,10 +604,13 @@ class LoadRun:
         cpu1 = _cpu(fleet.workers())
         calls1, server_cpu1 = self.loopback.stats(), self.loopback.cpu_s()
         sup1 = psutil.Process(fleet.proc.pid).cpu_times()
-        info1 = sampling.info("stats")["total_commands_processed"]
+        server1 = sampling.info("stats")
+        info1, reads1 = server1["total_commands_processed"], server1["total_reads_processed"]
         stats1 = sampling.info("commandstats")
         redis_cpu1 = sampling.info("cpu")
+        phases1 = _phases(sampling)
         sent = {k: Counted.sent[k] - sent0.get(k, 0) for k in Counted.sent}
+        trips = {k: Counted.trips[k] - trips0.get(k, 0) for k in Counted.trips}
         me1, machine1 = psutil.Process().cpu_times(), _busy_s()
         hung = fleet.logged("fleet.worker_hung") - hung0
         died = fleet.logged("fleet.worker_died") - died0
@@ -626,8 +638,12 @@ class LoadRun:
         # Replacements started during the load count whole; a killed worker's CPU is lost.
         own = sum(cpu1[p][0] - cpu0.get(p, (0.0, 0.0))[0] for p in cpu1)
         child = sum(cpu1[p][1] - cpu0.get(p, (0.0, 0.0))[1] for p in cpu1)
-        harness = sent.get("sampling", 0) + 6  # the INFO calls around the window
+        harness = sent.get("sampling", 0) + 8  # the INFO and HGETALL calls around the window
         commands = info1 - info0 - harness
+        # A read event of the server is a request that arrived: a command, or a pipeline (the
+        # harness's sampling left out; its submits, as a user's, counted).
+        round_trips = reads1 - reads0 - trips.get("sampling", 0)
+        redis_s = sum(redis_cpu1[k] - redis_cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
         ev_peak, ev_mean, run_s = _concurrency(runs)
         window = elapsed
         mean_running = sum(sampler.samples) / len(sampler.samples) if sampler.samples else 0.0
@@ -674,14 +690,16 @@ class LoadRun:
                 "worker_children_s": round(child, 2),
                 "supervisor_s": round(sup1.user + sup1.system - sup0.user - sup0.system, 2),
                 "loopback_s": round(server_cpu1 - server_cpu0, 2),
-                "redis_s": round(
-                    redis_cpu1["used_cpu_user"]
-                    + redis_cpu1["used_cpu_sys"]
-                    - redis_cpu0["used_cpu_user"]
-                    - redis_cpu0["used_cpu_sys"],
-                    2,
-                ),
+                "redis_s": round(redis_s, 2),
                 "worker_ms_per_call": round(1000 * own / calls, 2) if calls else None,
+                "redis_ms_per_call": round(1000 * redis_s / calls, 3) if calls else None,
+                # Where a worker's CPU went, by phase, as the workers count it (ms per call).
+                "phases_ms_per_call": {
+                    k: round((phases1.get(k, 0) - phases0.get(k, 0)) / 1000 / calls, 2)
+                    for k in sorted(phases1)
+                }
+                if calls
+                else {},
                 "harness_s": round(me1.user + me1.system - me0.user - me0.system, 2),
                 "machine_busy_s": round(machine1 - machine0, 2),
                 "machine_cores": psutil.cpu_count(),
@@ -723,9 +741,20 @@ class LoadRun:
                 if ended_tasks
                 else None,
                 "submit_commands": sent.get("submitting", 0),
+                "round_trips": round_trips,
+                "round_trips_per_task": round(round_trips / ended_tasks, 1)
+                if ended_tasks
+                else None,
                 "top": _top_commands(stats0, stats1),
             },
         )
+
+
+def _phases(client: redis.Redis) -> dict[str, int]:
+    """The workers' CPU by phase so far (µs), as they count it into the fleet's metrics."""
+    raw = client.hgetall(keys.METRICS)
+    prefix = b"cpu_us|"
+    return {k[len(prefix) :].decode(): int(v) for k, v in raw.items() if k.startswith(prefix)}
 
 
 def _runs(events: list[Any]) -> list[tuple[float, float]]:
@@ -770,6 +799,77 @@ def _progress(console: Console, text: str) -> None:
     console.print(text, highlight=False, markup=False)
 
 
+# -- plain RQ beside the fleet ------------------------------------------------------------------
+
+RQ_QUEUE = "bench.plain"
+NOOP = f"{Path(__file__).stem}.noop"  # importable by the --rq-worker processes
+
+
+def noop() -> None:
+    """The plain RQ job: does nothing."""
+
+
+def rq_worker(url: str) -> None:
+    """Body of a ``--rq-worker`` process: a plain SimpleWorker on the baseline's queue."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # so that NOOP imports
+    client = redis.Redis.from_url(url)
+    queue = Queue(RQ_QUEUE, connection=client, serializer=JSONSerializer)
+    SimpleWorker([queue], connection=client, serializer=JSONSerializer).work(
+        logging_level="WARNING", with_scheduler=False
+    )
+
+
+def plain_rq(url: str, jobs: int, processes: int, console: Console) -> dict[str, Any]:
+    """``jobs`` no-op jobs, enqueued one by one as a user would, through ``processes``
+    plain RQ SimpleWorkers: what RQ alone costs a job, measured as the fleet is."""
+    sampling = counted_client(url, "sampling")
+    sampling.flushall()
+    queue = Queue(RQ_QUEUE, connection=redis.Redis.from_url(url), serializer=JSONSerializer)
+    command = [sys.executable, str(Path(__file__).resolve()), "--rq-worker", "--url", url]
+    procs = [subprocess.Popen(command, stdin=subprocess.DEVNULL) for _ in range(processes)]
+    workers = [psutil.Process(p.pid) for p in procs]
+    try:
+        deadline = time.monotonic() + 60
+        while len(SimpleWorker.all(connection=sampling)) < processes:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the plain RQ workers did not start")
+            time.sleep(0.2)
+        time.sleep(1.0)
+        _progress(console, f"plain RQ: {jobs} no-op jobs through {processes} workers")
+        server0, cpu0 = sampling.info("stats"), sampling.info("cpu")
+        trips0, sent0, work0 = Counted.trips["sampling"], Counted.sent["sampling"], _cpu(workers)
+        for _ in range(jobs):
+            queue.enqueue_call(NOOP)
+        while queue.finished_job_registry.get_job_count() < jobs:
+            time.sleep(SAMPLE_S)
+        server1, cpu1 = sampling.info("stats"), sampling.info("cpu")
+        trips, work1 = Counted.trips["sampling"] - trips0, _cpu(workers)
+        sent = Counted.sent["sampling"] - sent0
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        queue.connection.close()
+        sampling.close()
+    round_trips = server1["total_reads_processed"] - server0["total_reads_processed"] - trips
+    commands = server1["total_commands_processed"] - server0["total_commands_processed"] - sent
+    redis_s = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
+    own = sum(work1[p][0] - work0[p][0] for p in work1 if p in work0)
+    return {
+        "jobs": jobs,
+        "processes": processes,
+        "round_trips_per_job": round(round_trips / jobs, 1),
+        "commands_per_job": round(commands / jobs, 1),
+        "redis_ms_per_job": round(1000 * redis_s / jobs, 3),
+        "worker_ms_per_job": round(1000 * own / jobs, 2),
+    }
+
+
 def plan_loads(args: argparse.Namespace) -> list[Load]:
     return [Load("a", n, 1) for n in args.loads_a] + [Load("b", p, s) for p, s in args.loads_b]
 
@@ -803,6 +903,12 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 if per_process:
                     mb[load.fleet] = max(mb[load.fleet] if load.fleet == "b" else 0, per_process)
                 _progress(console, f"fleet ({load.fleet}) {load.label}: {_summary_line(result)}")
+            done = [r for r in doc["loads"] if r.get("tasks_ended")]
+            if done:  # as many jobs as the last load ran tasks, as many workers as processes
+                last = done[-1]
+                doc["plain_rq"] = plain_rq(
+                    server.url, last["tasks_ended"], last["processes"], console
+                )
         finally:
             if loopback is not None:
                 loopback.stop()
@@ -858,7 +964,15 @@ def _goals(loads: list[dict[str, Any]]) -> dict[str, Any]:
                          "met": mb is not None and mb <= GOALS["mb_per_agent"]},
         "throughput_share": {"goal": GOALS["throughput_share"], "got": share,
                              "met": share is not None and share >= GOALS["throughput_share"]},
+        **{name: _at_most(name, got) for name, got in (
+            ("worker_ms_per_call", best["cpu"]["worker_ms_per_call"]),
+            ("redis_ms_per_call", best["cpu"]["redis_ms_per_call"]),
+            ("round_trips_per_task", best["redis"]["round_trips_per_task"]))},
     }  # fmt: skip
+
+
+def _at_most(name: str, got: float | None) -> dict[str, Any]:
+    return {"goal": GOALS[name], "got": got, "met": got is not None and got <= GOALS[name]}
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -872,13 +986,14 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     )
     columns = ("fleet", "procs x slots", "jobs ok/all", "peak running", "mean running",
                "PSS total", "MB/agent at peak (max/peak)", "MB/slot", "worker CPU/call",
-               "tasks/s (ideal)", "jobs/s (ideal)", "of ideal", "redis cmds/task")  # fmt: skip
+               "tasks/s (ideal)", "jobs/s (ideal)", "of ideal", "redis cmds/task",
+               "round trips/task", "redis CPU/call")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="left" if col == "fleet" else "right")
     for r in doc["loads"]:
         if "running" not in r:
             table.add_row(f"({r['fleet']})", f"{r['processes']} x {r['slots_per_process']}",
-                          r.get("stopped", ""), *[""] * 10)  # fmt: skip
+                          r.get("stopped", ""), *[""] * 12)  # fmt: skip
             continue
         run_, m, c, t = r["running"], r["memory"], r["cpu"], r["throughput"]
         table.add_row(
@@ -895,9 +1010,12 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             f"{t['jobs_per_s']} ({t['ideal_jobs_per_s']})",
             f"{t['share_of_ideal']:.0%}" if t["share_of_ideal"] else "-",
             f"{r['redis']['per_task']}",
+            f"{r['redis']['round_trips_per_task']}",
+            f"{c['redis_ms_per_call']} ms",
         )  # fmt: skip
     console.print(table)
     print_overheads(doc, console)
+    print_phases(doc, console)
     ratio = doc["ratio_mb_per_agent_a_over_b"]
     console.print(
         f"per-agent memory (a) / (b): {ratio if ratio is not None else 'n/a (fleet (b) not run)'}"
@@ -911,6 +1029,9 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             ("running_tasks", "≥ {goal} concurrently running agent tasks"),
             ("mb_per_agent", "≤ {goal} MB per agent (PSS)"),
             ("throughput_share", "throughput ≥ {goal:.0%} of the ideal"),
+            ("worker_ms_per_call", "worker CPU ≤ {goal} ms per model call"),
+            ("redis_ms_per_call", "Redis CPU ≤ {goal} ms per model call"),
+            ("round_trips_per_task", "≤ {goal:.0f} round trips per agent task"),
         ):
             goal = g[name]
             verdict = "MET" if goal["met"] else "NOT MET"
@@ -919,6 +1040,38 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     for r in doc["loads"]:
         if r.get("orphans"):
             console.print(f"orphans after fleet ({r['fleet']}) {r['slots']}: {r['orphans']}")
+
+
+def print_phases(doc: dict[str, Any], console: Console) -> None:
+    """Worker CPU per model call by phase, and plain RQ's cost of a job beside the fleet's."""
+    loads = [r for r in doc["loads"] if r.get("cpu", {}).get("phases_ms_per_call")]
+    names = sorted({k for r in loads for k in r["cpu"]["phases_ms_per_call"]})
+    if loads:
+        table = Table(title="worker CPU per model call by phase (ms; as the workers count it)")
+        for col in ("fleet", "procs x slots", *names, "total (process CPU)"):
+            table.add_column(col, justify="left" if col == "fleet" else "right")
+        for r in loads:
+            ph = r["cpu"]["phases_ms_per_call"]
+            table.add_row(f"({r['fleet']})", f"{r['processes']} x {r['slots_per_process']}",
+                          *[f"{ph.get(n, 0)}" for n in names],
+                          f"{r['cpu']['worker_ms_per_call']}")  # fmt: skip
+        console.print(table)
+    rq = doc.get("plain_rq")
+    last = next((r for r in reversed(doc["loads"]) if r.get("tasks_ended")), None)
+    if rq and last:
+        table = Table(title=f"beside plain RQ: {rq['jobs']} no-op jobs, {rq['processes']} workers")
+        for col in ("", "round trips", "Redis commands", "Redis CPU", "worker CPU"):
+            table.add_column(col, justify="left" if not col else "right")
+        calls = last["calls"]["per_task"]
+        table.add_row(f"fleet ({last['fleet']}) {last['processes']} x "
+                      f"{last['slots_per_process']}, per agent task",
+                      f"{last['redis']['round_trips_per_task']}", f"{last['redis']['per_task']}",
+                      f"{(last['cpu']['redis_ms_per_call'] or 0) * calls:.3f} ms",
+                      f"{(last['cpu']['worker_ms_per_call'] or 0) * calls:.2f} ms")  # fmt: skip
+        table.add_row("plain RQ, per no-op job", f"{rq['round_trips_per_job']}",
+                      f"{rq['commands_per_job']}", f"{rq['redis_ms_per_job']} ms",
+                      f"{rq['worker_ms_per_job']} ms")  # fmt: skip
+        console.print(table)
 
 
 def _others(c: dict[str, Any]) -> float:
@@ -958,12 +1111,16 @@ def print_overheads(doc: dict[str, Any], console: Console) -> None:
 
 
 def _counts(text: str) -> tuple[int, ...]:
+    if text == "none":
+        return ()
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
         values = ()
     if not values or min(values) < 3:
-        raise argparse.ArgumentTypeError(f"expected counts of at least 3, like 25,50,100: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected counts of at least 3, like 25,50,100 (or none): {text!r}"
+        )
     return values
 
 
@@ -1005,7 +1162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--loads-a",
         type=_counts,
         default=None,
-        help="fleet (a) loads: worker processes (default 25,50,100)",
+        help="fleet (a) loads: worker processes (default 25,50,100; none: no fleet (a))",
     )
     parser.add_argument(
         "--loads-b",
@@ -1036,6 +1193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="jobs per load: rounds x ceil(slots / (fanout x subagents)) (default 3)",
     )
     parser.add_argument("--lease-ms", type=int, default=10_000, help="the fleets' lease")
+    parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--memory-margin-gb", type=float, default=2.0,
                         help="stop a load when less memory than this is available")  # fmt: skip
     args = parser.parse_args(argv)
@@ -1063,11 +1222,14 @@ def _stop_on_signal(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.rq_worker:
+        rq_worker(args.url)
+        return
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on_signal)
     console = Console(stderr=True)
     doc = run(args, console)
-    doc["params"] = {k: v for k, v in vars(args).items() if k != "json"}
+    doc["params"] = {k: v for k, v in vars(args).items() if k not in ("json", "rq_worker", "url")}
     if args.json:
         print(json.dumps(doc, indent=2))
     else:

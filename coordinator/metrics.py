@@ -15,6 +15,7 @@ workers by role and state, tasks of unfinished jobs by role and status.
     redfleet_reaps_total, _redeliveries_total  the coordination core at work
     redfleet_tasks_finished_total{role,status} succeeded, dead
     redfleet_model_calls_total, redfleet_tokens_total{kind}, redfleet_cost_usd_total
+    redfleet_worker_cpu_seconds_total{phase}   worker CPU by phase (sent with heartbeats)
     redfleet_cache_hit_ratio                   cached / input tokens, all calls
     redfleet_context_high_water_tokens         the largest input of any call
     redfleet_step_latency_seconds              histogram of model call latency
@@ -140,6 +141,15 @@ class FleetCollector(Collector):
                 finished.add_metric([role, name.removeprefix("task.")], n)
         yield finished
         yield _counter("redfleet_model_calls", "Model calls.", total("model.called"))
+        cpu = CounterMetricFamily(
+            "redfleet_worker_cpu_seconds",
+            "Worker CPU by phase of the work (workers/phases.py), as of their last heartbeat.",
+            labels=["phase"],
+        )
+        for field, value in sorted(raw.items()):
+            if field.startswith("cpu_us|"):
+                cpu.add_metric([field.removeprefix("cpu_us|")], int(value) / 1e6)
+        yield cpu
         tokens = CounterMetricFamily(
             "redfleet_tokens", "Tokens of model calls, by kind.", labels=["kind"]
         )

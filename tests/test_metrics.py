@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -85,6 +86,15 @@ def test_scraped_metrics_match_the_finished_jobs_status(
         roles = {role for (event, role) in events if event == name}
         assert roles and "" not in roles, (name, roles)
     assert m["redfleet_jobs_active"][()] == 0
+    # Each worker's CPU by phase, sent with its heartbeats: the agent loop's steps show.
+    phases = {"rq", "setup", "build", "call", "record", "tools", "heartbeat"}
+
+    def cpu() -> dict[str, float] | None:
+        family = _scrape(port).get("redfleet_worker_cpu_seconds_total", {})
+        got = {dict(k)["phase"]: v for k, v in family.items()}
+        return got if phases <= {p for p, v in got.items() if v > 0} else None
+
+    wait_for(cpu, 10, "every phase's CPU to be counted")
     workers = m["redfleet_workers"]
     assert {dict(k)["role"]: v for k, v in workers.items()} == {
         "planner": 1,
@@ -139,3 +149,26 @@ def test_a_mirror_batch_sums_its_counters_once() -> None:
     assert counts["latency|count"] == 2 and counts["latency|sum"] == 3_090
     assert counts["latency|le|100"] == 1 and counts["latency|le|2500"] == 1
     assert counts["latency|le|5000"] == 2 and "redeliveries" not in counts
+
+
+def test_a_phase_inside_another_charges_its_cpu_to_itself_only() -> None:
+    from workers.phases import PhaseClock
+
+    def spin(seconds: float) -> None:  # this thread's CPU, not the clock on the wall
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    clock = PhaseClock()
+    with clock.phase("setup"):  # a thread with no base is not counted
+        spin(0.01)
+    assert clock.take() == {}
+    clock.base("rq")
+    with clock.phase("setup"):
+        spin(0.02)
+        with clock.phase("call"):
+            spin(0.05)
+    spin(0.01)
+    spent = clock.take()
+    assert spent["call"] >= 50_000 and 20_000 <= spent["setup"] < 50_000
+    assert 10_000 <= spent["rq"] < 20_000

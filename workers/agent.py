@@ -39,6 +39,7 @@ from shared_state import Reservation, TokenBudget
 from .context import CallLedger, ContextEngine, ContextRequest, Message, Prompt, price_of
 from .llm import ModelResponse, Provider
 from .llm.failover import models_of
+from .phases import CLOCK
 from .run_context import RunContext
 from .tools import ToolBox, ToolResult
 
@@ -90,22 +91,29 @@ class AgentLoop:
         # What a model call records costs two round trips: the reservation (carrying the
         # last step's checkpoint) before it, the settlement with the usage after it.
         for step in range(1, self.limits.max_steps + 1):
-            prompt = self.build(system, reference)
-            held = self.reserve(prompt)
-            self.context.flush()  # the checkpoint, if no reservation carried it
+            with CLOCK.phase("build"):
+                prompt = self.build(system, reference)
+            with CLOCK.phase("record"):
+                held = self.reserve(prompt)
+                self.context.flush()  # the checkpoint, if no reservation carried it
             response: ModelResponse | None = None
             try:
-                response, latency_ms = self.call(prompt)
+                with CLOCK.phase("call"):
+                    response, latency_ms = self.call(prompt)
             finally:
-                self.settle(held, response)
-            self.record(step, prompt, response, latency_ms)
-            outcome = self.act(step, response)
-            if outcome is None:
-                self.checkpoint(ride=True)  # before the next call, with its reservation
-                continue
-            if not outcome.ended_by:
-                self.checkpoint()
-            self.context.flush()  # the settlement, if no usage record carried it
+                with CLOCK.phase("record"):
+                    self.settle(held, response)
+            with CLOCK.phase("record"):
+                self.record(step, prompt, response, latency_ms)
+            with CLOCK.phase("tools"):
+                outcome = self.act(step, response)
+            with CLOCK.phase("record"):
+                if outcome is None:
+                    self.checkpoint(ride=True)  # before the next call, with its reservation
+                    continue
+                if not outcome.ended_by:
+                    self.checkpoint()
+                self.context.flush()  # the settlement, if no usage record carried it
             return outcome
         return self._outcome(False, f"no answer within {self.limits.max_steps} steps")
 

@@ -45,13 +45,14 @@ from typing import Any
 
 import structlog
 
-from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore
+from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore, keys
 from shared_state.client import ClientOptions, sibling
 from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
 from shared_state.scripts import Runner
 
 from .lease import REFUSALS, Lease
+from .phases import CLOCK
 
 log = structlog.get_logger("redfleet.heartbeat")
 
@@ -169,6 +170,7 @@ class Heartbeat(threading.Thread):
     # -- the thread ------------------------------------------------------------
 
     def run(self) -> None:
+        CLOCK.base("heartbeat")
         # After a failed tick the next comes at a third of the interval: a renewal
         # that stalled (L/6) and its retries still land well inside the lease.
         while not self._stopping.wait(self.interval_s if self._reachable else self.interval_s / 3):
@@ -234,17 +236,22 @@ class Heartbeat(threading.Thread):
         self._workers.beat(self.worker_id, self.ttl_ms, fields)
 
     def flush(self) -> None:
-        """Write the process's queued mirror entries, over this thread's own client."""
+        """Write the process's queued mirror entries and its CPU by phase since the last
+        tick (``phases``), over this thread's own client."""
         events = self.state.events
-        pending = events.take_pending()
-        if not pending:
+        pending, spent = events.take_pending(), CLOCK.take()
+        if not pending and not spent:
             return
         pipe = self.client.pipeline(transaction=False)
-        events.queue_mirror(pipe, pending)
+        if pending:
+            events.queue_mirror(pipe, pending)
+        for phase, micros in spent.items():
+            pipe.hincrby(keys.METRICS, f"cpu_us|{phase}", micros)
         try:
             pipe.execute()
         except ConnectionFailed:
             events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
+            CLOCK.give_back(spent)
             raise
 
     def _supervisor_gone(self) -> None:

@@ -68,6 +68,7 @@ from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
 from .lease import Lease
 from .llm import ProviderChoice
 from .outcomes import Failed, settle
+from .phases import CLOCK
 from .task_run import TaskRun
 
 log = structlog.get_logger("redfleet.worker")
@@ -88,7 +89,8 @@ def execute(job_id: str, task_id: str) -> None:
     lease: Lease | None = getattr(_slot, "lease", None)
     if _runtime is None or lease is None:
         raise NotInWorker("execute() runs inside a task slot of a redfleet worker process")
-    _runtime.run_task(job_id, task_id, lease)
+    with CLOCK.phase("setup"):  # the agent loop's steps charge their own phases
+        _runtime.run_task(job_id, task_id, lease)
 
 
 def new_worker_id(role: Role) -> str:
@@ -333,6 +335,7 @@ def _slot_main(
 ) -> None:
     """One slot's thread: its RQ loop, started again if it ever breaks (the others go on)."""
     _slot.lease = lease
+    CLOCK.base("rq")
     client = slots.slot_client(state.client, name)
     try:
         while True:
