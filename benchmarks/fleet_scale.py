@@ -1018,7 +1018,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     print_phases(doc, console)
     ratio = doc["ratio_mb_per_agent_a_over_b"]
     console.print(
-        f"per-agent memory (a) / (b): {ratio if ratio is not None else 'n/a (fleet (b) not run)'}"
+        f"per-agent memory (a) / (b): {ratio if ratio is not None else 'n/a (both fleets must run)'}"
         f"  (baseline ~{BASELINE_MB_PER_AGENT:.0f} MB per agent)",
         highlight=False,
     )

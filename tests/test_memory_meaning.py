@@ -103,6 +103,11 @@ def test_vectors_are_stored_with_their_items_and_deleted_with_them(
         == []
     )
     assert counting.texts == 1
+    # A query asked again (every run of a job recalls with its goal) is embedded once.
+    again = Recall(store, counting)
+    for _ in range(3):
+        again.search(CTX, "what do we keep of the ledger?", k=1)
+    assert counting.texts == 2
     store.forget(CTX, [ids[4]])
     assert not state.client.exists(key)
     hits = Recall(store, embedder).search(CTX, "how long are backups kept?", k=5)

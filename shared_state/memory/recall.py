@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -107,6 +108,9 @@ class Hit:
 # CPU each with the offline embedder); more (another embedder's items) are embedded in
 # the background while keywords serve.
 EMBED_NOW = 32
+# The vectors of this many recent queries are kept (a few KB each): a job's runs recall
+# with its goal, so one embedding serves all of them.
+QUERY_VECTORS = 256
 # A snapshot is kept in Redis for a tenant of at least this many items, and written again
 # once this many changes (or a quarter of the tenant) have come since the stored one.
 SNAPSHOT_ITEMS = 1_000
@@ -135,6 +139,7 @@ class Recall:
         self.client: redis.Redis = store.client
         self._embedder = embedder
         self._tenants: dict[str, _Tenant] = {}
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -183,7 +188,7 @@ class Recall:
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
                 # search costs no embedding at all.
                 assert embedder is not None
-                query_vector = embedder.embed([query])[0]
+                query_vector = self._vector(embedder, query)
                 continue
             ranked, more = found
             if not ranked:
@@ -203,6 +208,22 @@ class Recall:
             if not more:
                 return hits
             enough *= 4  # the best ones changed since the index saw them: look further
+
+    def _vector(self, embedder: Embedder, query: str) -> np.ndarray:
+        """The query's vector, made once while it is among the last ``QUERY_VECTORS``
+        asked for (a job's runs ask with its goal)."""
+        key = (embedder.name, query)
+        with self._lock:
+            found = self._vectors.get(key)
+            if found is not None:
+                self._vectors.move_to_end(key)
+                return found
+        made = embedder.embed([query])[0]
+        with self._lock:
+            self._vectors[key] = made
+            while len(self._vectors) > QUERY_VECTORS:
+                self._vectors.popitem(last=False)
+        return made
 
     def _rank(
         self,

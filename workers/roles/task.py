@@ -188,10 +188,13 @@ class AgentTask:
         """What earlier jobs left that bears on this task: facts, decisions, episodes.
 
         Recalled once per run (the reference stays one cached prefix), from the
-        app and the user scopes — this job's own items are in its working state.
+        app and the user scopes — this job's own items are in its working state —
+        for the job's goal: the same query in every run of the job, so a process
+        embeds it once (``Recall`` keeps the vectors of recent queries) however many
+        subagents it runs, and the tasks of a job start from the same block.
         """
         scopes = [Scope(kind=ScopeKind.APP), Scope(kind=ScopeKind.USER, id=self.memory.user)]
-        query = self.input.brief if self.input else self.run.job.goal
+        query = self.run.job.goal
         hits = self.run.state.recall().search(self.memory, query, k=self.RECALL_HITS, scopes=scopes)
         if not hits:
             return ""
