@@ -267,8 +267,13 @@ class TaskStore:
         check("ownerWrite", self.runner.run(*call), Asked.owner(claim))
 
     def children(self, job_id: str, parent_id: str, wave: str) -> list[Task]:
-        """The tasks ``parent_id`` spawned for the stage ``wave``, in creation order."""
-        return [t for t in self.list(job_id) if t.parent_id == parent_id and t.wave == wave]
+        """The tasks ``parent_id`` spawned for the stage ``wave``, in creation order: from
+        the list the spawn left on the parent (a task spawned by an older version has none:
+        the job's tasks are read then)."""
+        listed = self.client.hget(keys.task(job_id, parent_id), f"children:{wave}")
+        if listed is None:
+            return [t for t in self.list(job_id) if t.parent_id == parent_id and t.wave == wave]
+        return self._fetch([(job_id, i) for i in listed.decode().split()])  # as spawned
 
     def block(self, claim: Claim, question: str, *, approval_for: str, stage: str) -> None:
         """Park the task for a person; it resumes at ``stage`` once approved.

@@ -310,3 +310,15 @@ def test_a_lease_entry_whose_task_is_gone_is_dropped_not_a_reaper_failure(state:
     state.client.delete(keys.task(job.job_id, child_id))  # evicted, or deleted by hand
     assert state.tasks.reap(job.job_id, child_id) is None
     assert state.client.zscore(keys.leases(job.job_id), child_id) is None
+
+
+def test_a_parent_finds_its_waves_children_from_its_own_record(state: State) -> None:
+    from shared_state import keys
+
+    job, parent, ids = job_with_children(state, 3)
+    found = state.tasks.children(job.job_id, parent.task_id, "review")
+    assert [t.task_id for t in found] == ids
+    # Listed on the parent: found without the job's task set (which the fallback reads).
+    state.client.delete(keys.tasks(job.job_id))
+    assert [t.task_id for t in state.tasks.children(job.job_id, parent.task_id, "review")] == ids
+    assert state.tasks.children(job.job_id, parent.task_id, "other-wave") == []

@@ -62,6 +62,7 @@ from shared_state import (
 from shared_state.backoff import Failure
 
 from . import roles, scenarios, slots
+from .context.tokens import tokenizer_for
 from .errors import LeaseLost, NotInWorker, ProviderUnavailable
 from .fair_share import FairShare
 from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
@@ -285,6 +286,7 @@ def run_worker(
         concurrency=concurrency,
         stuck_after_s=stuck_after_s,
     )
+    tokenizer_for()  # every task counts tokens: loaded (~1 s of CPU) before a slot waits on it
     runtime.heartbeat.tick()
     runtime.heartbeat.start()
     try:

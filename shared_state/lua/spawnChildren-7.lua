@@ -4,8 +4,9 @@
   Fenced by the parent's token, and idempotent for it: a spawn re-sent with
   the same token after it succeeded (a retry after a lost reply) returns OK
   again and creates nothing. Children are created `queued`, tagged with
-  the wave (the stage the parent resumes at) so the parent can find them; the
-  parent becomes `waiting` with a pending counter, releases its lease (freeing
+  the wave (the stage the parent resumes at) and listed on the parent (field
+  children:<wave>, their ids) so the parent can find them; the parent becomes
+  `waiting` with a pending counter, releases its lease (freeing
   its worker) and records the stage it resumes at. completeTask fans in. When
   the spawn is a journaled tool call, its journal entry is written here too,
   so the spawn and the record of it are one atomic step.
@@ -47,9 +48,11 @@ if refused then return refused end
 
 local now = nowMs()
 local n = (#ARGV - 5) / 4
+local ids = {}
 for i = 1, n do
   local at = 4 * i + 2
   local childId, role, brief, input = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  ids[i] = childId
   redis.call('HSET', KEYS[7 + i], 'task_id', childId, 'job_id', p[6], 'role', role,
     'parent_id', p[3], 'brief', brief, 'input', input, 'wave', stage, 'status', 'queued',
     'attempt', 1, 'token', 0, 'owner', '', 'lease_until', 0, 'pending', 0, 'stage', '',
@@ -59,8 +62,9 @@ for i = 1, n do
   emit(stream, job.maxlen, {'event', 'task.queued', 'task_id', childId, 'role', role,
     'parent_id', p[3]})
 end
+-- The wave's children, listed on the parent: it finds them without reading the job's tasks.
 redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0,
-  'pending', n, 'stage', stage)
+  'pending', n, 'stage', stage, 'children:' .. stage, table.concat(ids, ' '))
 redis.call('ZREM', leasesKey, p[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], ARGV[4], ARGV[5]) end
 ended(token, worker, 'spawn', {children = n})
