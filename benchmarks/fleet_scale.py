@@ -1017,8 +1017,9 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     print_overheads(doc, console)
     print_phases(doc, console)
     ratio = doc["ratio_mb_per_agent_a_over_b"]
+    shown = ratio if ratio is not None else "n/a (both fleets must run)"
     console.print(
-        f"per-agent memory (a) / (b): {ratio if ratio is not None else 'n/a (both fleets must run)'}"
+        f"per-agent memory (a) / (b): {shown}"
         f"  (baseline ~{BASELINE_MB_PER_AGENT:.0f} MB per agent)",
         highlight=False,
     )

@@ -244,7 +244,12 @@ class Runner:
         taken, riders[:] = riders[:], []
         if not taken and not calls:
             return []
-        answers = self._send_all([call for call, _ in taken] + calls)
+        try:
+            answers = self._send_all([call for call, _ in taken] + calls)
+        except ConnectionFailed:
+            # Maybe sent, maybe not: they ride again with the next (each is idempotent).
+            riders[:0] = taken
+            raise
         for (_, check), answer in zip(taken, answers, strict=False):
             check(answer)
         return answers[len(taken) :]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from shared_state import Fenced, JobSpec, State
+from shared_state import ConnectionFailed, Fenced, JobSpec, State
+from shared_state.client import ClientOptions
 from shared_state.scripts import SCRIPTS, load
 from workers.agent import AgentLoop
 from workers.context import CallLedger, ContextEngine, WorkingState
@@ -92,3 +93,19 @@ def test_a_refused_rider_raises_at_the_write_that_carried_it(state: State) -> No
     # It went, and was refused: nothing waits to go again with the next write.
     assert state.records(job.job_id).checkpoint(job.root_task) is None
     state.budget(job.job_id).reserve(10)
+
+
+def test_a_rider_whose_write_lost_its_connection_rides_again(
+    state: State, proxy: FaultProxy
+) -> None:
+    brittle = State.connect(proxy.url, client_options=ClientOptions(retries=0))
+    job = state.jobs.submit(JobSpec(goal="g"))
+    claimed = brittle.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
+    assert claimed is not None
+    brittle.records(job.job_id).write(claimed.claim, checkpoint='{"n": 1}', ride=True)
+    proxy.sever()  # the write that carries it goes out on a connection that is gone
+    with pytest.raises(ConnectionFailed):  # the write that carried it: no answer came
+        brittle.budget(job.job_id).reserve(10)
+    brittle.runner.flush()  # it rides again
+    assert state.records(job.job_id).checkpoint(job.root_task) == '{"n": 1}'
+    brittle.client.close()
