@@ -870,6 +870,40 @@ def plain_rq(url: str, jobs: int, processes: int, console: Console) -> dict[str,
     }
 
 
+# -- the CLI's own cost --------------------------------------------------------------------------
+
+CLI_RUNS = 5
+CLI_COMMANDS = (("--version",), ("status",), ("claims",), ("logs",))
+CLI_GOAL_S = 0.25
+
+
+def _cpu_of(command: list[str], env: dict[str, str]) -> float:
+    """The CPU seconds (user + system) one run of ``command`` took, from its rusage."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def cli_cpu(url: str, console: Console) -> dict[str, Any]:
+    """The median CPU of each watching command against the run's Redis (with the jobs the
+    loads left), beside RQ's own CLI on the same Redis."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "REDIS_URL": url}
+    runs = {f"redfleet {' '.join(c)}": [str(bin_dir / "redfleet"), *c] for c in CLI_COMMANDS}
+    runs |= {"rq --help": [str(bin_dir / "rq"), "--help"],
+             "rq info": [str(bin_dir / "rq"), "info", "--url", url]}  # fmt: skip
+    _progress(console, f"the CLI: {len(runs)} commands, {CLI_RUNS} runs each")
+    medians = {}
+    for name, command in runs.items():
+        times = sorted(_cpu_of(command, env) for _ in range(CLI_RUNS))
+        medians[name] = round(times[len(times) // 2], 3)
+    ours = [v for k, v in medians.items() if k.startswith("redfleet")]
+    return {"cpu_s": medians, "goal_s": CLI_GOAL_S, "met": max(ours) <= CLI_GOAL_S}
+
+
 def plan_loads(args: argparse.Namespace) -> list[Load]:
     return [Load("a", n, 1) for n in args.loads_a] + [Load("b", p, s) for p, s in args.loads_b]
 
@@ -909,12 +943,16 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 doc["plain_rq"] = plain_rq(
                     server.url, last["tasks_ended"], last["processes"], console
                 )
+            doc["cli"] = cli_cpu(server.url, console)
         finally:
             if loopback is not None:
                 loopback.stop()
             server.stop()
     doc["ratio_mb_per_agent_a_over_b"] = _ratio(doc["loads"])
     doc["goals"] = _goals(doc["loads"])
+    if "cli" in doc:
+        worst = max(v for k, v in doc["cli"]["cpu_s"].items() if k.startswith("redfleet"))
+        doc["goals"]["cli_cpu_s"] = {"goal": CLI_GOAL_S, "got": worst, "met": doc["cli"]["met"]}
     return doc
 
 
@@ -1033,7 +1071,10 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             ("worker_ms_per_call", "worker CPU ≤ {goal} ms per model call"),
             ("redis_ms_per_call", "Redis CPU ≤ {goal} ms per model call"),
             ("round_trips_per_task", "≤ {goal:.0f} round trips per agent task"),
+            ("cli_cpu_s", "`redfleet --version`, `status`, `claims`, `logs` ≤ {goal} s of CPU"),
         ):
+            if name not in g:
+                continue
             goal = g[name]
             verdict = "MET" if goal["met"] else "NOT MET"
             console.print(f"  {text.format(goal=goal['goal'])}: got {goal['got']} — {verdict}",
@@ -1056,6 +1097,16 @@ def print_phases(doc: dict[str, Any], console: Console) -> None:
             table.add_row(f"({r['fleet']})", f"{r['processes']} x {r['slots_per_process']}",
                           *[f"{ph.get(n, 0)}" for n in names],
                           f"{r['cpu']['worker_ms_per_call']}")  # fmt: skip
+        console.print(table)
+    cli = doc.get("cli")
+    if cli:
+        table = Table(
+            title=f"the CLI: CPU of one run (median of {CLI_RUNS}), goal ≤ {cli['goal_s']} s"
+        )
+        table.add_column("command")
+        table.add_column("CPU s", justify="right")
+        for name, cpu in cli["cpu_s"].items():
+            table.add_row(name, f"{cpu}")
         console.print(table)
     rq = doc.get("plain_rq")
     last = next((r for r in reversed(doc["loads"]) if r.get("tasks_ended")), None)

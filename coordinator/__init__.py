@@ -1,11 +1,15 @@
 """The control plane: CLI, job intake, fleet supervisor, reaper, monitor views."""
 
-from .api import Client, Progress, WaitTimeout
-from .errors import CoordinatorError
-from .fleet import Fleet, FleetReport, FleetSpec
-from .reaper import Reaper, ReapReport
-from .settings import Settings
+from shared_state.lazy import exports
 
+_WHERE = {
+    ".api": ("Client", "Progress", "WaitTimeout"),
+    ".errors": ("CoordinatorError",),
+    ".fleet": ("Fleet", "FleetReport", "FleetSpec"),
+    ".reaper": ("Reaper", "ReapReport"),
+    ".settings": ("Settings",),
+}
+__getattr__ = exports(__name__, _WHERE)
 __all__ = [
     "Client",
     "CoordinatorError",

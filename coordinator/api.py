@@ -52,26 +52,27 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
 from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 from shared_state.names import check_name
-from workers import handoff, resume
 from workers.errors import ToolRefused
-from workers.handoff import HandoffPackage
-from workers.resume import ResumePlan
-from workers.roles import APPROVABLE
 from workers.sandbox import command_args
 
 from . import views
-from .apply import Applied, apply_job
 from .connection import open_state
 from .errors import CoordinatorError
 from .importer import ImportProgress, ImportReport, import_workspace
 from .patch import FileDiff, diff
 from .settings import Settings
+
+if TYPE_CHECKING:  # the agent runtime's modules load with the commands that use them
+    from workers.handoff import HandoffPackage
+    from workers.resume import ResumePlan
+
+    from .apply import Applied
 
 RENEWED = "task.renewed"
 _SETTLED = (TaskStatus.SUCCEEDED, TaskStatus.DEAD, TaskStatus.CANCELLED)
@@ -222,6 +223,8 @@ class Client:
         ``priority``: 0-9, its model calls' place (higher first) while a route is busy;
         ``budget_usd``: what all its calls may cost, at their routes' prices (0: no limit).
         """
+        from workers.roles import APPROVABLE
+
         unknown = sorted(set(approve) - APPROVABLE)
         if unknown:
             raise CoordinatorError(
@@ -257,6 +260,8 @@ class Client:
     def cancel(self, job_id: str, *, reason: str = "cancelled by user") -> None:
         """Cancel a job that has not finished (``JobFinished`` if it has): its workers stop at
         their next renewal or write; its handoff package is written, as for any end."""
+        from workers import handoff
+
         self.state.jobs.cancel(job_id, reason)
         handoff.job_ended(self.state, job_id)
 
@@ -289,6 +294,8 @@ class Client:
         those that need one (`redfleet resume`): the checks, and the stage the round
         started at ("" when nothing was started: ``dry_run``, or every feature keeps its
         evidence)."""
+        from workers import resume
+
         found = resume.plan(
             self.state,
             job_id,
@@ -300,6 +307,8 @@ class Client:
 
     def handoff(self, job_id: str) -> HandoffPackage:
         """What the next person or agent continues the job from, built from its records now."""
+        from workers import handoff
+
         return handoff.build(self.state, job_id)
 
     def approve(
@@ -334,6 +343,8 @@ class Client:
         self, job_id: str, repo: Path, *, branch: str = "", three_way: bool = False
     ) -> Applied:
         """The job's changes as a new branch of ``repo`` (``ApplyRefused`` says why not)."""
+        from .apply import apply_job
+
         return apply_job(self.state, job_id, repo, branch=branch, three_way=three_way)
 
     def import_workspace(

@@ -19,37 +19,30 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pydantic
-import redis
-import structlog
 import typer
 
-from shared_state import (
-    JobFinished,
-    Role,
-    Scenario,
-    StateError,
-)
+from shared_state.models import Role, Scenario
 from shared_state.names import check_name
 from shared_state.redact import redact
-from workers.llm import ProviderChoice, ProviderName, load_scenario
-from workers.llm.choice import Fallback
+from workers.llm.choice import Fallback, ProviderChoice, ProviderName
 
-from . import logs, metrics, views
-from .api import RENEWED, Client, Progress, WaitTimeout
-from .connection import Embedded, open_state, redis_url
-from .demo import run_demo
 from .errors import CoordinatorError
-from .export import VERDICTS_DIR, export_job
-from .fleet import Fleet, FleetSpec, provider_env
-from .limits_cli import limits_app, load_limits
+from .export import VERDICTS_DIR
+from .limits_cli import limits_app
 from .memory_cli import memory_app
-from .patch import FileDiff
-from .reaper import Reaper
 from .settings import Durability, Settings
 from .text import markup_safe, multi_line, one_line
+
+if TYPE_CHECKING:
+    import pydantic
+
+    from .api import Client
+    from .patch import FileDiff
+
+# A command imports what it runs when it runs (``redfleet --version`` loads no agent
+# runtime, ``status`` no fleet supervisor): the imports below the commands' lines.
 
 app = typer.Typer(
     help=(
@@ -179,6 +172,10 @@ def _provider_env(
     fallback: list[str] | None = None,
 ) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
     """The provider the options choose, checked now, and the workers' environment for it."""
+    from workers.llm.scripted import load_scenario
+
+    from .fleet import provider_env
+
     given = {
         "provider": provider or settings.provider,
         "model": settings.model if model is None else model,
@@ -299,6 +296,11 @@ def up(
     it prints one line: attempts reaped and redelivered, workers restarted
     and hung (--json: the counts as JSON).
     """
+    from . import logs, metrics, views
+    from .connection import open_state, redis_url
+    from .fleet import Fleet, FleetSpec
+    from .limits_cli import load_limits
+
     settings = Settings()
     if durability is not None:
         settings = settings.model_copy(update={"durability": durability})
@@ -368,6 +370,9 @@ def worker(
     """Run one worker process on one role queue (what `redfleet up` starts)."""
     from workers import run_worker
 
+    from . import logs
+    from .connection import open_state
+
     settings = Settings()
     logs.configure(settings.log_level)
     choice = settings.provider_choice()
@@ -396,6 +401,15 @@ def reaper_cmd(
     dead), tasks redelivered, finished jobs retired, stale envelopes discarded
     and index entries pruned (--json: the ids and counts as JSON).
     """
+    import redis
+    import structlog
+
+    from shared_state.errors import StateError
+
+    from . import logs, views
+    from .connection import open_state
+    from .reaper import Reaper
+
     settings = Settings()
     logs.configure(settings.log_level)
     stop = threading.Event()
@@ -585,6 +599,10 @@ def submit(
     changes nothing of yours: `redfleet diff JOB_ID` shows its changes and
     `redfleet apply JOB_ID --repo PATH` makes them a branch.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
     if (include or exclude or check) and workspace is None:
@@ -648,6 +666,9 @@ def submit(
 
 def _wait_for(client: Client, job_id: str, timeout_s: float | None, as_json: bool) -> None:
     """``submit --wait``: progress until the job ends; exit 0 if it succeeded, else 1."""
+    from . import views
+    from .api import Progress, WaitTimeout
+
     live = None if as_json or not sys.stdout.isatty() else views.console.status("waiting")
 
     def show(progress: Progress) -> None:
@@ -698,6 +719,10 @@ def status(
     --all` lists them). --json adds usage and `providers` ({"provider model":
     calls}, from the job's model.called events).
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         doc = Client(state).status(job_id) if job_id else views.overview_doc(state, limit)
@@ -715,6 +740,9 @@ def status(
 @app.command()
 def claims(as_json: JsonOpt = False) -> None:
     """Live claims: who owns which task, with which fencing token, for how long."""
+    from . import views
+    from .connection import open_state
+
     with open_state(Settings()) as state:
         doc = views.claims_doc(state)
     if as_json:
@@ -728,6 +756,9 @@ def claims(as_json: JsonOpt = False) -> None:
 @app.command("workers")
 def workers_cmd(as_json: JsonOpt = False) -> None:
     """Live workers from their heartbeats in Redis."""
+    from . import views
+    from .connection import open_state
+
     with open_state(Settings()) as state:
         doc = views.workers_doc(views.visible_workers(state))
     if as_json:
@@ -771,6 +802,9 @@ def logs_cmd(
     JOB_ID the command ends once the job has ended, after its final events;
     without JOB_ID it runs until Ctrl-C.
     """
+    from . import views
+    from .api import RENEWED, Client
+    from .connection import open_state
 
     def show(event: views.Event) -> None:
         line = json.dumps(event.to_json_dict()) if as_json else views.event_line(event)
@@ -815,6 +849,12 @@ def cancel(
     Cancelling a job that is already cancelled succeeds; one that already
     succeeded or failed is an error.
     """
+    from shared_state.errors import JobFinished
+
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         try:
@@ -885,6 +925,10 @@ def resume_cmd(
     dispatches fixes or the reviewer. Nothing is started when every feature
     keeps its evidence.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
@@ -929,6 +973,10 @@ def handoff_cmd(
     artifacts; the journal's effects (idempotency keys); the next action. No
     model is asked. A job also stores one as an artifact when it ends.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     if markdown and as_json:
         raise CoordinatorError("--markdown and --json: choose one")
@@ -968,6 +1016,10 @@ def retry(
     was unreachable): a retry runs the same tasks. A job its budget stopped
     goes on with a raised one: --token-budget N, --budget-usd X.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
@@ -1016,6 +1068,10 @@ def approve(
     gates with `submit --approve`, or an effect an earlier attempt left
     unsettled): that call is made. A different call asks again.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         Client(state).approve(job_id, task_id, note=note or "", asked=asked)
@@ -1036,6 +1092,10 @@ def reject(
     as_json: JsonOpt = False,
 ) -> None:
     """End a blocked task: it is dead with your note, and its job fails (`retry` runs it again)."""
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         Client(state).reject(job_id, task_id, note=note, asked=asked)
@@ -1073,6 +1133,10 @@ def export_cmd(
     absolute path, no way out through a symlink) before anything is written,
     and no file is overwritten without --force.
     """
+    from . import views
+    from .connection import open_state
+    from .export import export_job
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         done = export_job(state, job_id, directory, force=force, verdicts=verdicts, patch=patch)
@@ -1101,6 +1165,10 @@ def diff_cmd(
     workspace, every file the coders wrote shows as added. Nothing is written
     anywhere: `redfleet export JOB DIR --patch` saves it.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         diffs = Client(state).diff(job_id)
@@ -1150,6 +1218,10 @@ def apply_cmd(
     the index and every other branch stay as they are. Review it with
     `git log -p BRANCH`, merge it as you would any branch.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         done = Client(state).apply(job_id, repo, branch=branch, three_way=three_way)
@@ -1177,6 +1249,10 @@ def artifacts(
 
     Read one with `redfleet show ARTIFACT_ID`.
     """
+    from . import views
+    from .api import Client
+    from .connection import open_state
+
     _check_job_id(job_id)
     with open_state(Settings()) as state:
         refs = Client(state).artifacts(job_id)
@@ -1211,6 +1287,9 @@ def show(
     but newline and tab are shown as escapes (\\x07), piped or not: it cannot
     drive your terminal. --raw prints it exactly; so does --json, as a string.
     """
+    from . import views
+    from .connection import open_state
+
     _check_job_id(job, "--job")
     span = views.parse_lines(lines) if lines else None
     with open_state(Settings()) as state:
@@ -1273,6 +1352,8 @@ def dashboard(
     Nothing is fetched from the internet; Ctrl-C stops it.
     """
     from . import dashboard as web  # Starlette and uvicorn load for this command only
+    from . import logs
+    from .connection import open_state
 
     settings = Settings()
     logs.configure(settings.log_level)
@@ -1337,6 +1418,9 @@ def demo(
     `apply` and `show` can look at the job; it prints the REDIS_URL for that.
     Exits 0 when the job succeeded, 1 otherwise; --json prints the final status.
     """
+    from . import logs, views
+    from .demo import run_demo
+
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
     settings = Settings()
     logs.configure(settings.log_level)
@@ -1364,6 +1448,8 @@ def demo(
 
 def _print_demo_diff(doc: dict[str, object], diffs: list[FileDiff], is_repo: bool) -> None:
     """The demo's ending: what the job changed, and how to take it into the repository."""
+    from . import views
+
     env = markup_safe(f"REDIS_URL={doc['redis_url']}")
     views.console.print(f"\nthe job's changes to {markup_safe(str(doc['repo']))}:", highlight=False)
     for d in diffs:
@@ -1387,6 +1473,9 @@ def _print_demo_diff(doc: dict[str, object], diffs: list[FileDiff], is_repo: boo
 @server_app.command("status")
 def server_status(as_json: JsonOpt = False) -> None:
     """Is the embedded redis-server running, and where."""
+    from . import views
+    from .connection import Embedded
+
     info = Embedded(Settings().home).status()
     doc = {"running": True, **info} if info else {"running": False}
     if as_json:
@@ -1407,6 +1496,9 @@ def server_stop(
     Refuses while workers or other clients are connected: a fleet keeps retrying
     the server's URL. The next start takes the same port again when it is free.
     """
+    from . import views
+    from .connection import Embedded
+
     stopped = Embedded(Settings().home).stop(force=force)
     if as_json:
         views.print_json({"stopped": stopped})
@@ -1416,6 +1508,7 @@ def server_stop(
 
 def _validation_message(exc: pydantic.ValidationError) -> str:
     """Each problem as ``where: what``; a setting's ``where`` is its environment variable."""
+
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "input"
@@ -1441,6 +1534,11 @@ def main() -> None:
     The line is redacted and made one line: an error may quote a Redis URL
     with its password, or text from a model or a server.
     """
+    import pydantic
+    import redis
+
+    from shared_state.errors import StateError
+
     try:
         try:
             app(prog_name="redfleet")

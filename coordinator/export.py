@@ -16,11 +16,13 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from shared_state import State
+from typing import TYPE_CHECKING
 
 from .errors import CoordinatorError
 from .patch import diff, patch_text
+
+if TYPE_CHECKING:
+    from shared_state import State
 
 VERDICTS_DIR = ".redfleet/verdicts"
 TMP_SUFFIX = ".redfleet-tmp"

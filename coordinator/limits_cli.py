@@ -19,8 +19,6 @@ from pydantic import ValidationError
 
 from shared_state.admission import RouteLimits, Routes, RouteState, TenantShare
 
-from . import views
-from .connection import open_state
 from .errors import CoordinatorError
 from .settings import Settings
 from .text import one_line
@@ -86,6 +84,9 @@ def set_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Set a route's limits for every worker, from its next call (0 lifts one)."""
+    from . import views
+    from .connection import open_state
+
     _check_route(route)
     limits = RouteLimits(rpm=rpm, tpm=tpm, concurrency=concurrency)
     with open_state(Settings()) as state:
@@ -128,6 +129,9 @@ def tenant_cmd(
 
     What is not given stays as it was: `limits tenant acme --daily-usd 50` keeps
     acme's weight."""
+    from . import views
+    from .connection import open_state
+
     if weight is None and concurrency is None and daily_usd is None:
         raise CoordinatorError("limits tenant: give --weight, --concurrency or --daily-usd")
     with open_state(Settings()) as state:
@@ -157,6 +161,9 @@ def show_cmd(as_json: JsonOpt = False) -> None:
     cool-down, 429s, failures, waits, calls by tenant, and what the provider last said
     is left; and the tenants' weights, caps and daily money budgets (with what each has
     spent today)."""
+    from . import views
+    from .connection import open_state
+
     with open_state(Settings()) as state:
         routes = Routes(state.client)
         shown, tenants = routes.show(), routes.tenants()

@@ -29,9 +29,6 @@ from shared_state.memory.files import MemoryFiles, resolve
 from shared_state.memory.items import ItemKind, age_text
 from shared_state.memory.quotes import MIN_QUOTE_CHARS
 
-from . import views
-from .api import operator
-from .connection import open_state
 from .errors import CoordinatorError
 from .settings import Settings
 from .text import multi_line, one_line
@@ -70,11 +67,16 @@ def _tenant(given: str | None) -> str:
 
 
 def _context(tenant: str, user: str = "") -> MemoryContext:
+    from .api import operator
+
     return MemoryContext(tenant=tenant, user=user, actor=operator())
 
 
 def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
     """A memory file as it is (terminal-safe), or a folder's files with their sizes."""
+    from . import views
+    from .connection import open_state
+
     with open_state(Settings()) as state:
         files = MemoryFiles(state.client)
         folder = not resolve(ctx, path).relative or path.endswith("/")
@@ -138,6 +140,8 @@ def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
 
 
 def _show(items: list[MemoryItem], title: str, store: MemoryStore, as_json: bool) -> None:
+    from . import views
+
     if as_json:
         views.print_json([_doc(i) for i in items])
         return
@@ -156,6 +160,8 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The tenant's items, newest first, with scope, status and provenance."""
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     where = _scope(scope) if scope else None
     with open_state(Settings()) as state:
@@ -184,6 +190,9 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """One item in full: text, scope, lifecycle and provenance; or a memory file's content."""
+    from . import views
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     if (item_id is None) == (file is None):
         raise CoordinatorError("ITEM_ID or --file PATH: give one")
@@ -246,6 +255,9 @@ def search(
     """Recall over current, unexpired items, best first: by what the query means (the
     offline embedder, all-MiniLM-L6-v2) and by its words (BM25), fused. The title says
     which ranking served the hits."""
+    from . import views
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     from shared_state.memory.recall import Recall  # numpy: only for the command that ranks
 
@@ -293,6 +305,9 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
+    from . import views
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     try:
         where: Scope | None = Scope.parse(scope)
@@ -351,6 +366,9 @@ def forget(
     the disk holds. What was forgotten cannot be written back by a worker
     (it may by you, with `memory add`). Try --dry-run first.
     """
+    from . import views
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     if bool(item_ids) == bool(user):
         raise CoordinatorError("give ITEM_ID... or --user, one of the two")
@@ -404,6 +422,8 @@ def history(
 ) -> None:
     """Every version of one claim, oldest first: which holds, which were superseded or
     contested."""
+    from .connection import open_state
+
     tenant = _tenant(tenant)
     where = _scope(scope)
     with open_state(Settings()) as state:

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from shared_state.client import SENTINEL_SCHEME, SENTINEL_URL, SentinelTarget
 from shared_state.names import check_name
 from shared_state.redact import redact
-from workers.heartbeat import DEFAULT_STUCK_AFTER_S
+from workers.lease import DEFAULT_STUCK_AFTER_S
 from workers.llm import ProviderChoice, ProviderName
 from workers.llm.choice import Fallback
 

@@ -3,58 +3,62 @@
 The state layer imports neither ``workers`` nor ``coordinator``.
 """
 
-from . import keys
-from .artifacts import (
-    ArtifactNotFound,
-    ArtifactRef,
-    ArtifactSink,
-    ArtifactStore,
-    MemoryArtifacts,
-    Trust,
-)
-from .budget import BudgetState, Reservation, TokenBudget
-from .delivery import Delivery, Envelope, queue_name
-from .errors import (
-    BudgetExceeded,
-    Code,
-    ConnectionFailed,
-    Fenced,
-    ForeignTarget,
-    IdempotencyConflict,
-    JobFinished,
-    JobNotFound,
-    NotBlocked,
-    NotFound,
-    NotReplicated,
-    NotResumable,
-    NotRetryable,
-    QuestionChanged,
-    RecordChanged,
-    ServerNotFound,
-    StateError,
-    SubmitUnconfirmed,
-    TaskNotFound,
-    TenantBudgetExceeded,
-)
-from .events import EventLog
-from .models import (
-    Claim,
-    Event,
-    Job,
-    JobSpec,
-    JobStatus,
-    Role,
-    Scenario,
-    Task,
-    TaskStatus,
-    WorkerInfo,
-)
-from .records import EffectStatus, JournalEntry, Records
-from .server import RedisServer, find_redis_server, free_port
-from .state import State
-from .tasks import Child, Claimed, Completion, TaskStore
-from .usage import JobUsage, Usage
+from . import keys  # key names only: imported at once
+from .lazy import exports
 
+_WHERE = {
+    ".artifacts": (
+        "ArtifactNotFound",
+        "ArtifactRef",
+        "ArtifactSink",
+        "ArtifactStore",
+        "MemoryArtifacts",
+        "Trust",
+    ),
+    ".budget": ("BudgetState", "Reservation", "TokenBudget"),
+    ".delivery": ("Delivery", "Envelope", "queue_name"),
+    ".errors": (
+        "BudgetExceeded",
+        "Code",
+        "ConnectionFailed",
+        "Fenced",
+        "ForeignTarget",
+        "IdempotencyConflict",
+        "JobFinished",
+        "JobNotFound",
+        "NotBlocked",
+        "NotFound",
+        "NotReplicated",
+        "NotResumable",
+        "NotRetryable",
+        "QuestionChanged",
+        "RecordChanged",
+        "ServerNotFound",
+        "StateError",
+        "SubmitUnconfirmed",
+        "TaskNotFound",
+        "TenantBudgetExceeded",
+    ),
+    ".events": ("EventLog",),
+    ".models": (
+        "Claim",
+        "Event",
+        "Job",
+        "JobSpec",
+        "JobStatus",
+        "Role",
+        "Scenario",
+        "Task",
+        "TaskStatus",
+        "WorkerInfo",
+    ),
+    ".records": ("EffectStatus", "JournalEntry", "Records"),
+    ".server": ("RedisServer", "find_redis_server", "free_port"),
+    ".state": ("State",),
+    ".tasks": ("Child", "Claimed", "Completion", "TaskStore"),
+    ".usage": ("JobUsage", "Usage"),
+}
+__getattr__ = exports(__name__, _WHERE)
 __all__ = [
     "ArtifactNotFound",
     "ArtifactRef",

@@ -157,7 +157,9 @@ def test_every_error_line_is_masked_and_one_line(monkeypatch, capsys) -> None:
     def lost(*_args: object) -> None:
         raise redis.ConnectionError("lost redis://:s3cret@h:1/0\nmid-command")
 
-    monkeypatch.setattr(cli, "open_state", lost)
+    from coordinator import connection
+
+    monkeypatch.setattr(connection, "open_state", lost)  # a command imports it as it runs
     monkeypatch.setattr(sys, "argv", ["redfleet", "claims"])
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     with pytest.raises(SystemExit) as exited:

@@ -1,6 +1,10 @@
 """The agent runtime: worker processes, the task loop, and task behaviours."""
 
-from .errors import LeaseLost, NotInWorker, WorkerError
-from .runtime import WorkerRuntime, execute, run_worker
+from shared_state.lazy import exports
 
+_WHERE = {
+    ".errors": ("LeaseLost", "NotInWorker", "WorkerError"),
+    ".runtime": ("WorkerRuntime", "execute", "run_worker"),
+}
+__getattr__ = exports(__name__, _WHERE)
 __all__ = ["LeaseLost", "NotInWorker", "WorkerError", "WorkerRuntime", "execute", "run_worker"]

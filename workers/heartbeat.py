@@ -51,7 +51,7 @@ from shared_state.heartbeats import WorkerRegistry
 from shared_state.models import Role
 from shared_state.scripts import Runner
 
-from .lease import REFUSALS, Lease
+from .lease import DEFAULT_STUCK_AFTER_S, REFUSALS, Lease
 from .phases import CLOCK
 
 log = structlog.get_logger("redfleet.heartbeat")
@@ -120,9 +120,6 @@ def heartbeat_options(lease_ms: int) -> ClientOptions:
 # After the supervisor's drain timeout, a task that still has not stopped (stuck
 # in a long call that never reaches a check) gets this long before the process exits.
 _ORPHAN_EXIT_GRACE_S = 5.0
-# Longer than any call a task makes without a check: a provider call with all
-# its retries (4 attempts of at most 60 s, and the pauses between).
-DEFAULT_STUCK_AFTER_S = 300.0
 
 
 class Heartbeat(threading.Thread):

@@ -37,6 +37,11 @@ T = TypeVar("T")
 # What a renewal can be refused with: the lease is someone else's now, or nobody's.
 REFUSALS = (Fenced, JobFinished, NotFound)
 
+# A slot's lease is given up when its task reached no lease check for this long:
+# longer than any call a task makes without one, a provider call with all its
+# retries (4 attempts of at most 60 s, and the pauses between).
+DEFAULT_STUCK_AFTER_S = 300.0
+
 
 class Lease:
     def __init__(self, worker_id: str, lease_ms: int) -> None:

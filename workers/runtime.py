@@ -65,8 +65,8 @@ from . import roles, scenarios, slots
 from .context.tokens import tokenizer_for
 from .errors import LeaseLost, NotInWorker, ProviderUnavailable
 from .fair_share import FairShare
-from .heartbeat import DEFAULT_STUCK_AFTER_S, Heartbeat, SupervisorLink
-from .lease import Lease
+from .heartbeat import Heartbeat, SupervisorLink
+from .lease import DEFAULT_STUCK_AFTER_S, Lease
 from .llm import ProviderChoice
 from .outcomes import Failed, settle
 from .phases import CLOCK

@@ -1,19 +1,23 @@
 """Model providers behind one small interface (see ``base``)."""
 
-from .anthropic import AnthropicProvider
-from .base import HttpJson, ModelResponse, Provider, RetryPolicy, TokenUsage
-from .choice import ProviderChoice, ProviderName
-from .openai import OpenAIProvider
-from .scripted import (
-    Scenario,
-    ScriptedCall,
-    ScriptedProvider,
-    ScriptedStep,
-    ScriptedSummaryModel,
-    load_scenario,
-)
-from .summarizer import ModelSummarizer
+from shared_state.lazy import exports
 
+_WHERE = {
+    ".anthropic": ("AnthropicProvider",),
+    ".base": ("HttpJson", "ModelResponse", "Provider", "RetryPolicy", "TokenUsage"),
+    ".choice": ("ProviderChoice", "ProviderName"),
+    ".openai": ("OpenAIProvider",),
+    ".scripted": (
+        "Scenario",
+        "ScriptedCall",
+        "ScriptedProvider",
+        "ScriptedStep",
+        "ScriptedSummaryModel",
+        "load_scenario",
+    ),
+    ".summarizer": ("ModelSummarizer",),
+}
+__getattr__ = exports(__name__, _WHERE)
 __all__ = [
     "AnthropicProvider",
     "HttpJson",

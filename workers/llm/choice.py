@@ -18,17 +18,20 @@ called for them. With the scripted provider it is ``ScriptedSummaryModel``.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared_state import Job
-from shared_state.admission import MAX_WAIT_S, Routes
+from shared_state.admission import MAX_WAIT_S
 
-from .anthropic import AnthropicProvider
-from .base import HttpProvider, Provider
-from .failover import FALLBACK_AFTER_S, Failover
-from .openai import OpenAIProvider
-from .scripted import ScriptedProvider, ScriptedSummaryModel, load_scenario
+if TYPE_CHECKING:  # the providers are imported when one is opened: the CLI reads a choice
+    from shared_state import Job
+    from shared_state.admission import Routes
+
+    from .base import HttpProvider, Provider
+
+# A route cooling longer than this hands its calls to the next fallback (``failover``).
+FALLBACK_AFTER_S = 20.0
 
 
 class ProviderName(StrEnum):
@@ -114,6 +117,9 @@ class ProviderChoice(BaseModel):
         ``routes``: the fleet's, whose shared limits admit every call (``admission``) as
         ``job``'s tenant's and at its priority, and with them the fallbacks of ``role`` (and
         of every role), in order, after the model."""
+        from .failover import Failover
+        from .scripted import ScriptedProvider, load_scenario
+
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedProvider(load_scenario(self.script), script_key)
         primary = _http(self.provider, self.model, self.base_url, routes, job, self.wait_s)
@@ -129,6 +135,8 @@ class ProviderChoice(BaseModel):
         """A provider of the summary model, for one task; None when there is none."""
         if not self.summary_model:
             return None
+        from .scripted import ScriptedSummaryModel
+
         if self.provider is ProviderName.SCRIPTED:
             return ScriptedSummaryModel(self.summary_model)
         return _http(self.provider, self.summary_model, self.base_url, routes, job, self.wait_s)
@@ -142,6 +150,9 @@ def _http(
     job: Job | None,
     wait_s: float,
 ) -> HttpProvider:
+    from .anthropic import AnthropicProvider
+    from .openai import OpenAIProvider
+
     kind = OpenAIProvider if provider is ProviderName.OPENAI else AnthropicProvider
     who = {"tenant": job.tenant, "priority": job.priority} if job is not None else {}
     return kind(model, base_url=base_url, routes=routes, max_wait_s=wait_s, **who)

@@ -19,8 +19,7 @@ from ..context.engine import ToolSpec
 from ..context.messages import Message
 from ..errors import ProviderUnavailable
 from .base import HttpProvider, ModelResponse, Provider
-
-FALLBACK_AFTER_S = 20.0
+from .choice import FALLBACK_AFTER_S
 
 
 def models_of(provider: Provider) -> tuple[str, ...]:
