@@ -162,8 +162,11 @@ class AgentLoop:
         u = response.usage
         price = price_of(response.served_by or self.provider.model)
         cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
-        # With the call's usage record, which ``record`` sends next.
-        self.budget.settle_with_next_write(held, u.input_tokens + u.output_tokens, cost)
+        used = u.input_tokens + u.output_tokens
+        if self.ledger.job is not None:  # with the call's usage record, which ``record`` sends
+            self.budget.settle_with_next_write(held, used, cost)
+        else:
+            self.budget.settle(held, used, cost)
 
     def record(self, step: int, prompt: Prompt, response: ModelResponse, latency_ms: float) -> None:
         self.ledger.record_prompt(

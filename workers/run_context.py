@@ -111,7 +111,7 @@ class RunContext:
         ``flush`` makes sure goes before the next model call.
         """
         if self._save is not None:
-            self._save(self._state, ride)
+            self._save(self._state, ride and self._flush is not None)  # no flush: now
 
     def flush(self) -> None:
         """Send a checkpoint (or a settlement) still riding: before a model call."""
