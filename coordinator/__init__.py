@@ -10,15 +10,4 @@ _WHERE = {
     ".settings": ("Settings",),
 }
 __getattr__ = exports(__name__, _WHERE)
-__all__ = [
-    "Client",
-    "CoordinatorError",
-    "Fleet",
-    "FleetReport",
-    "FleetSpec",
-    "Progress",
-    "ReapReport",
-    "Reaper",
-    "Settings",
-    "WaitTimeout",
-]
+__all__ = [*sorted(name for names in _WHERE.values() for name in names)]

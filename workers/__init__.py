@@ -7,4 +7,4 @@ _WHERE = {
     ".runtime": ("WorkerRuntime", "execute", "run_worker"),
 }
 __getattr__ = exports(__name__, _WHERE)
-__all__ = ["LeaseLost", "NotInWorker", "WorkerError", "WorkerRuntime", "execute", "run_worker"]
+__all__ = [*sorted(name for names in _WHERE.values() for name in names)]

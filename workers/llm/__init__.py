@@ -18,21 +18,4 @@ _WHERE = {
     ".summarizer": ("ModelSummarizer",),
 }
 __getattr__ = exports(__name__, _WHERE)
-__all__ = [
-    "AnthropicProvider",
-    "HttpJson",
-    "ModelResponse",
-    "ModelSummarizer",
-    "OpenAIProvider",
-    "Provider",
-    "ProviderChoice",
-    "ProviderName",
-    "RetryPolicy",
-    "Scenario",
-    "ScriptedCall",
-    "ScriptedProvider",
-    "ScriptedStep",
-    "ScriptedSummaryModel",
-    "TokenUsage",
-    "load_scenario",
-]
+__all__ = [*sorted(name for names in _WHERE.values() for name in names)]
