@@ -102,6 +102,7 @@ class Hit:
     item: MemoryItem
     score: float
     index: str = "keyword"  # which ranking served it: keyword, or hybrid/dense:<embedder>
+    at_ms: int = 0  # Redis's time when it was found (what its age is counted from)
 
 
 # A process indexes at most this many unembedded items before answering (about 20 ms of
@@ -202,7 +203,7 @@ class Recall:
                 for item_id, score, _, _ in chunk:
                     item = fresh.get(item_id)
                     if item is not None:
-                        hits.append(Hit(item, score, served))
+                        hits.append(Hit(item, score, served, now))
                         if len(hits) == k:
                             return hits
             if not more:

@@ -204,7 +204,7 @@ class AgentTask:
             {"task_id": self.task.task_id, "items": " ".join(i.id for i in items)},
             job_id=self.task.job_id,
         )
-        return f"{RECALLED_HEADER}\n{render_recalled(items, self.run.state.memory.now_ms())}"
+        return f"{RECALLED_HEADER}\n{render_recalled(items, hits[0].at_ms)}"
 
     def reference(self) -> str:
         """The task's header: stable for the whole run, so it stays in the cached prefix."""
