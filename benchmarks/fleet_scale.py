@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -812,6 +813,8 @@ def noop() -> None:
 def rq_worker(url: str) -> None:
     """Body of a ``--rq-worker`` process: a plain SimpleWorker on the baseline's queue."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # so that NOOP imports
+    # Imported now, not by the first job: its import is no cost of RQ's per job.
+    importlib.import_module(NOOP.rpartition(".")[0])
     client = redis.Redis.from_url(url)
     queue = Queue(RQ_QUEUE, connection=client, serializer=JSONSerializer)
     SimpleWorker([queue], connection=client, serializer=JSONSerializer).work(
@@ -834,7 +837,6 @@ def plain_rq(url: str, jobs: int, processes: int, console: Console) -> dict[str,
             if time.monotonic() > deadline:
                 raise RuntimeError("the plain RQ workers did not start")
             time.sleep(0.2)
-        time.sleep(1.0)
         _progress(console, f"plain RQ: {jobs} no-op jobs through {processes} workers")
         server0, cpu0 = sampling.info("stats"), sampling.info("cpu")
         trips0, sent0, work0 = Counted.trips["sampling"], Counted.sent["sampling"], _cpu(workers)

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from .api import Client
     from .patch import FileDiff
 
-# A command imports what it runs when it runs (``redfleet --version`` loads no agent
-# runtime, ``status`` no fleet supervisor): the imports below the commands' lines.
+# Each command imports what it runs in its own body (``redfleet --version`` loads no
+# agent runtime, ``status`` no fleet supervisor): only what defines the options is here.
 
 app = typer.Typer(
     help=(
