@@ -37,11 +37,15 @@ import structlog
 from redis.client import Pipeline
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.rate_limit import release_slot
+from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now as rq_now
+from rq.worker import WorkerStatus
 
 from shared_state.client import ClientOptions, sibling
 
@@ -64,6 +68,9 @@ _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
 # with its EXISTS) and the key lives worker_ttl + 60 s, so a slot sends its other
 # heartbeats at most this often, and each in one round trip.
 RQ_HEARTBEAT_EVERY_S = 10.0
+# RQ looks for `rq suspend` at every turn of its loop (an EXISTS, with a heartbeat): a
+# slot looks at most this often, so a suspension stops it taking envelopes within 5 s.
+RQ_SUSPENSION_EVERY_S = 5.0
 
 
 class _LeaseDecides(BaseDeathPenalty):
@@ -77,6 +84,11 @@ class _LeaseDecides(BaseDeathPenalty):
 
     def cancel_death_penalty(self) -> None:
         pass
+
+
+def _plain(job: Job) -> bool:
+    """An envelope as ``Delivery.send`` makes it: no callbacks to run as it ends."""
+    return job.success_callback is None and job.failure_callback is None
 
 
 def slot_name(worker_id: str, slot: int) -> str:
@@ -108,6 +120,8 @@ class SlotWorker(SimpleWorker):
         self.waiting = waiting  # set while it waits in its dequeue: what ``unblock`` wakes
         self.commands = commands
         self.drained = False
+        self._suspension_checked = -RQ_SUSPENSION_EVERY_S
+        self._starting: Pipeline | None = None  # ``prepare_execution``'s writes, not yet sent
         super().__init__(*args, **kwargs)
 
     def _install_signal_handlers(self) -> None:
@@ -121,6 +135,10 @@ class SlotWorker(SimpleWorker):
         # Called at the top of every turn of RQ's loop: where it looks for a stop.
         if self.stopping.is_set():
             self._stop_requested = True
+        at = time.monotonic()
+        if at - self._suspension_checked < RQ_SUSPENSION_EVERY_S:
+            return
+        self._suspension_checked = at
         super().check_for_suspension(burst)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
@@ -139,6 +157,78 @@ class SlotWorker(SimpleWorker):
         if pipeline is None and state == self.get_state():
             return
         super().set_state(state, pipeline)
+
+    # One envelope's bookkeeping, in two round trips where RQ takes eight: its
+    # writes as a job starts (the execution record, "busy", the job's status) go in
+    # one pipeline, and its writes as a job ends (the result, the counters, the
+    # execution's removal, "idle") in one MULTI. What is left out: the job's own
+    # heartbeat as it ends, which keeps a job listed as started while its callbacks
+    # run (envelopes have none), and the WATCH on the job's dependents that guards
+    # moving them to ready (nothing depends on an envelope: nothing but
+    # ``Delivery.send`` enqueues on a role queue, and it sets no ``depends_on``).
+    # A job with callbacks or repeats takes RQ's own path.
+
+    def prepare_execution(self, job: Job) -> Execution:
+        pipe = self.connection.pipeline()
+        execution = Execution.create(
+            job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name
+        )
+        self.executions[execution.id] = execution
+        self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+        self._starting = pipe  # sent by ``prepare_job_execution``, next in RQ's path
+        return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        pipe, self._starting = self._starting, None
+        if pipe is None:
+            super().prepare_job_execution(job, remove_from_intermediate_queue)
+            return
+        with pipe:
+            ttl = self.get_heartbeat_ttl(job)
+            self.heartbeat(ttl, pipeline=pipe)
+            job.heartbeat(rq_now(), ttl, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            if remove_from_intermediate_queue:
+                # RQ asks this only of a worker on one queue: the job's.
+                pipe.lrem(self.queues[0].intermediate_queue_key, 1, job.id)
+            pipe.execute()
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        if _plain(job):
+            job.ended_at = rq_now()
+            return
+        super().handle_execution_ended(job, queue, heartbeat_ttl)
+
+    def handle_job_success(
+        self,
+        job: Job,
+        queue: Queue,
+        started_job_registry: StartedJobRegistry,
+        execution: Execution,
+    ) -> None:
+        if not _plain(job) or job.repeats_left:
+            super().handle_job_success(job, queue, started_job_registry, execution)
+            return
+        assert job.started_at is not None and job.ended_at is not None
+        with self.connection.pipeline() as pipe:
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            result_ttl = job.get_result_ttl(self.default_result_ttl)
+            if result_ttl != 0:
+                job._handle_success(
+                    result_ttl,
+                    pipeline=pipe,
+                    worker_name=self.name,
+                    execution_id=execution.id,
+                    execution_started_at=execution.created_at,
+                    execution_ended_at=job.ended_at,
+                )
+            job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+            self.cleanup_execution(job, pipeline=pipe, execution=execution)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+            pipe.execute()
+        release_slot(job)
 
     def set_shutdown_requested_date(self) -> None:
         # Not written: RQ writes it from the signal handler, in the middle of a task,
