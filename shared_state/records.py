@@ -62,6 +62,7 @@ class Opening(BaseModel):
     journal: dict[str, JournalEntry]  # the task's journal entries by key
     input: str | None  # its input artifact's text; None when it has none, or when a
     # forget redacted it to a copy (read it through the artifact store then)
+    document: str | None = None  # the content of the file at ``document_key``, if asked
 
 
 class Records:
@@ -81,28 +82,40 @@ class Records:
         """A task's journal entries by key, in no particular order."""
         return {e.key: e for e in self.entries() if e.task_id == task_id}
 
-    def opening(self, task_id: str, input_id: str = "") -> Opening:
+    def opening(self, task_id: str, input_id: str = "", document_key: str = "") -> Opening:
         """A task's checkpoint, its journal and its input's text, in one round trip (the
-        job's journal is read whole: its entries are not indexed by task)."""
+        job's journal is read whole: its entries are not indexed by task); with the
+        ``content`` of the hash at ``document_key`` (a memory file: the tenant's AGENTS.md)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(keys.checkpoints(self.job_id), task_id)
         pipe.hgetall(keys.journal(self.job_id))
+        if document_key:
+            pipe.hget(document_key, "content")
         if input_id:
             pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
-        saved, journal, *artifact = pipe.execute()
+        saved, journal, *rest = pipe.execute()
+        document = rest.pop(0) if document_key else None
         entries = [JournalEntry.model_validate_json(v) for v in journal.values()]
         text = None
-        if artifact and artifact[0][0] is not None and artifact[0][1] is None:
-            text = artifact[0][0].decode()
+        if rest and rest[0][0] is not None and rest[0][1] is None:
+            text = rest[0][0].decode()
         return Opening(
             checkpoint=saved.decode() if saved is not None else None,
             journal={e.key: e for e in entries if e.task_id == task_id},
             input=text,
+            document=document.decode() if document is not None else None,
         )
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)
         return raw.decode() if raw is not None else None
+
+    def checkpoints(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """The checkpoints of those of ``task_ids`` that have one, in one read."""
+        if not task_ids:
+            return {}
+        raw = self.client.hmget(keys.checkpoints(self.job_id), list(task_ids))
+        return {t: v.decode() for t, v in zip(task_ids, raw, strict=True) if v is not None}
 
     def files(self) -> dict[str, str]:
         """The workspace: path -> artifact id, sorted by path."""

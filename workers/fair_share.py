@@ -13,17 +13,22 @@ fairness' sake. Every process applies it to its own slots, so across the
 fleet one job gets at most half of each process's slots while others wait.
 
 Only the first ``PEEK`` envelopes of the queue are looked at (one LRANGE,
-done only when the job is at its share).
+done only when the job is at its share). A look that lets the task run serves
+the process's slots for ``PEEK_FRESH_S`` (a job whose envelope arrived since
+waits that much longer for its turn); a task yields only on a fresh look, so
+no slot sends envelopes round on a stale one.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from shared_state import Delivery, Role
 
 PEEK = 1000
+PEEK_FRESH_S = 1.0
 
 
 class FairShare:
@@ -33,6 +38,8 @@ class FairShare:
         self.share = max(1, slots // 2)
         self._running: Counter[str] = Counter()  # job id -> slots of this process running it
         self._lock = threading.Lock()
+        self._peeked: list[str] | None = None  # the last look at the queue, and when
+        self._peeked_at = 0.0
 
     def admit(self, job_id: str) -> bool:
         """Count a slot as running ``job_id`` (True), or say it should yield (False).
@@ -45,11 +52,26 @@ class FairShare:
                 self._running[job_id] += 1
                 return True
             running = dict(self._running)
+        waiting, fresh = self._waiting(fresh=False)
+        while True:
+            if not any(other != job_id and running.get(other, 0) < self.share for other in waiting):
+                self.enter(job_id)
+                return True
+            if fresh:
+                return False
+            waiting, fresh = self._waiting(fresh=True)
+
+    def _waiting(self, *, fresh: bool) -> tuple[list[str], bool]:
+        """The jobs whose envelopes wait in the queue, from a recent look unless ``fresh``;
+        and whether the look was taken now."""
+        at = time.monotonic()
+        with self._lock:
+            if not fresh and self._peeked is not None and at - self._peeked_at < PEEK_FRESH_S:
+                return self._peeked, False
         waiting = self.delivery.waiting_jobs(self.role, PEEK)
-        if any(other != job_id and running.get(other, 0) < self.share for other in waiting):
-            return False
-        self.enter(job_id)
-        return True
+        with self._lock:
+            self._peeked, self._peeked_at = waiting, at
+        return waiting, True
 
     def enter(self, job_id: str) -> None:
         """Count a slot as running ``job_id`` (one that runs although it would yield)."""

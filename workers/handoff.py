@@ -202,8 +202,9 @@ def build(state: State, job_id: str) -> HandoffPackage:
     decisions: list[FactItem] = []
     next_action = ""
     records = state.records(job_id)
+    checkpoints = records.checkpoints([t.task_id for t in tasks])  # one read for them all
     for task in tasks:
-        saved = records.checkpoint(task.task_id)
+        saved = checkpoints.get(task.task_id)
         if not saved:
             continue
         working = WorkingState.model_validate_json(saved)

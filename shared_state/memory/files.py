@@ -303,6 +303,10 @@ class MemoryFiles:
     def _key(self, ctx: MemoryContext, where: MemoryPath) -> str:
         return keys.memory_file(ctx.tenant, str(where.scope), where.relative)
 
+    def key_of(self, ctx: MemoryContext, path: str) -> str:
+        """The hash a file's ``content`` is in (read with other reads: a run's opening)."""
+        return self._key(ctx, self._file(ctx, path))
+
     def _versions(self, ctx: MemoryContext, where: MemoryPath) -> str:
         return keys.memory_file_versions(ctx.tenant, str(where.scope), where.relative)
 

@@ -26,7 +26,7 @@ from .gates import APPROVABLE
 from .planner import Planner
 from .reviewer import Reviewer
 from .subagent import Subagent
-from .task import AgentTask
+from .task import AgentTask, opening_of
 from .task_input import TaskInput
 
 ROLES: dict[Role, type[AgentTask]] = {
@@ -59,11 +59,10 @@ def perform(agent: Callable[[], AgentTask]) -> Outcome:
 def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:
     task = task_run.task
     cls: type[AgentTask] = ROLES[task.role]
-    if task.input:
-        text = task_run.state.artifacts(task.job_id).text(task.input)
-        if TaskInput.model_validate_json(text).kind == "subagent":
-            cls = Subagent
-    return cls(task_run, choice, worker)
+    opening = opening_of(task_run)  # what the run reads first, its input among it: read once
+    if opening.input and TaskInput.model_validate_json(opening.input).kind == "subagent":
+        cls = Subagent
+    return cls(task_run, choice, worker, opening)
 
 
 __all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "perform", "run"]

@@ -1,0 +1,82 @@
+"""The fair share of a process's slots: who runs, who yields, and what it costs to ask.
+
+Against a real Redis and real RQ queues: envelopes are sent as the fleet sends
+them (``Delivery.send``), and the looks at the queue (one LRANGE each) are counted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from shared_state import Envelope, Role, State
+from workers import fair_share
+from workers.fair_share import FairShare
+
+
+@pytest.fixture
+def looks(state: State, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the queue was looked at (a list, so a test reads it as it grows)."""
+    counted = [0]
+    peek = state.delivery.waiting_jobs
+
+    def counting(role: Role, limit: int) -> list[str]:
+        counted[0] += 1
+        return peek(role, limit)
+
+    monkeypatch.setattr(state.delivery, "waiting_jobs", counting)
+    return counted
+
+
+def _waiting(state: State, job_id: str) -> None:
+    state.delivery.send([Envelope(job_id, "t-1", Role.CODER)])
+
+
+def _empty(state: State) -> None:
+    state.client.delete(state.delivery.queues[Role.CODER].key)
+
+
+def test_under_its_share_a_job_runs_without_a_look_at_the_queue(
+    state: State, looks: list[int]
+) -> None:
+    fair = FairShare(state.delivery, Role.CODER, slots=4)  # a share of 2
+    _waiting(state, "j-b")
+    assert fair.admit("j-a") and fair.admit("j-a")
+    assert looks[0] == 0
+
+
+def test_at_its_share_a_job_yields_to_one_waiting_under_its_share(
+    state: State, looks: list[int]
+) -> None:
+    fair = FairShare(state.delivery, Role.CODER, slots=4)
+    assert fair.admit("j-a") and fair.admit("j-a")
+    _waiting(state, "j-b")
+    assert not fair.admit("j-a")
+    assert looks[0] == 1
+    fair.leave("j-a")  # one of its slots ends: under its share again
+    assert fair.admit("j-a")
+
+
+def test_at_its_share_a_job_runs_when_nobody_else_waits(state: State, looks: list[int]) -> None:
+    fair = FairShare(state.delivery, Role.CODER, slots=4)
+    assert fair.admit("j-a") and fair.admit("j-a")
+    _waiting(state, "j-a")  # only its own envelopes wait: no slot idles for fairness' sake
+    assert fair.admit("j-a") and looks[0] == 1
+
+
+def test_a_look_that_let_a_task_run_serves_again_but_a_yield_takes_a_fresh_look(
+    state: State, looks: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fair_share, "PEEK_FRESH_S", 3600.0)  # no look goes stale on its own
+    fair = FairShare(state.delivery, Role.CODER, slots=4)
+    assert fair.admit("j-a") and fair.admit("j-a")
+    assert fair.admit("j-a") and looks[0] == 1  # nobody else waits
+    _waiting(state, "j-b")
+    assert fair.admit("j-a") and looks[0] == 1  # the recent look served: no new LRANGE
+    # A look that would make a task yield is taken fresh: j-b is seen now.
+    fair2 = FairShare(state.delivery, Role.CODER, slots=4)
+    assert fair2.admit("j-c") and fair2.admit("j-c")
+    assert not fair2.admit("j-c") and looks[0] == 2
+    # And a recent look that says another job waits is not trusted to make one yield:
+    # j-b's envelope is gone, so a fresh look lets the task run.
+    _empty(state)
+    assert fair2.admit("j-c") and looks[0] == 3
