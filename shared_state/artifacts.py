@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
 from .errors import NotFound, shown
-from .scripts import run_plain
+from .scripts import ScriptResult, run_plain
 
 if TYPE_CHECKING:
     from .memory.quotes import Quotes
+    from .scripts import Runner
 
 PREVIEW_CHARS = 600
 _HOPS = 8  # redactions followed from an id (each forget that reached it adds one)
@@ -68,6 +69,13 @@ class ArtifactNotFound(NotFound):
     def __init__(self, artifact_id: str) -> None:
         super().__init__(f"no artifact {shown(artifact_id)} (unknown, or expired)")
         self.artifact_id = artifact_id
+
+
+def _stored(res: ScriptResult | redis.ResponseError) -> None:
+    """A riding put's answer: an error reply (OOM, READONLY) raises at the write that
+    carried it."""
+    if isinstance(res, redis.ResponseError):
+        raise res
 
 
 def make_ref(content: str, *, kind: str, title: str, source: str, trust: Trust) -> ArtifactRef:
@@ -138,9 +146,19 @@ class ArtifactStore:
     feature list or inputs to a retention shorter than itself.
     """
 
-    def __init__(self, client: redis.Redis, job_id: str) -> None:
+    def __init__(
+        self, client: redis.Redis, job_id: str, runner: Runner | None = None, *, ride: bool = False
+    ) -> None:
+        """``ride``: each ``put`` goes with the calling thread's next write through
+        ``runner`` (``Runner.ride``), not in a round trip of its own — for a task's
+        run, whose every end is such a write (its completion, spawn, failure) and
+        whose next model call is one (the reservation). What refers to an artifact
+        reaches Redis in that write or after it; a read through this store sends
+        what rides first, so a thread always reads what it stored."""
         self.client = client
         self.job_id = job_id
+        self.runner = runner
+        self.ride = ride and runner is not None
 
     def put(
         self,
@@ -151,16 +169,18 @@ class ArtifactStore:
         source: str = "",
         trust: Trust = Trust.UNTRUSTED,
     ) -> ArtifactRef:
+        """Its handle; of its redacted copy when a forget redacted this content (a put
+        that rides answers with the handle of what was asked: reads of it lead to the copy)."""
         ref = make_ref(content, kind=kind, title=title, source=source, trust=trust)
         fields = {**ref.model_dump(mode="json"), "content": content}
         # One call: the write, its index entry at Redis time, and the expiry the job's
         # state calls for (see storeArtifact).
-        res = run_plain(
-            self.client,
-            "storeArtifact",
-            keys.script_keys("storeArtifact", self.job_id, artifact_id=ref.id),
-            [ref.id, ORPHAN_TTL_S, *(x for kv in fields.items() for x in kv)],
-        )
+        where = keys.script_keys("storeArtifact", self.job_id, artifact_id=ref.id)
+        args = [ref.id, ORPHAN_TTL_S, *(x for kv in fields.items() for x in kv)]
+        if self.ride and self.runner is not None:
+            self.runner.ride([("storeArtifact", self.job_id, where, args)], _stored)
+            return ref
+        res = run_plain(self.client, "storeArtifact", where, args)
         if "redacted_to" in res.data:  # content a forget redacted: its copy stands
             return self.get(res.data["redacted_to"])
         return ref
@@ -198,6 +218,8 @@ class ArtifactStore:
 
     def _read_many(self, ids: list[str], fields: list[str]) -> dict[str, list[bytes | None]]:
         """``fields`` of each artifact, following a forget's redaction to its copy."""
+        if self.runner is not None:
+            self.runner.flush()  # what this thread stored and still rides: read it back
         out: dict[str, list[bytes | None]] = {i: [None] * len(fields) for i in ids}
         where = {i: i for i in ids}  # asked for -> where it is read now
         for _ in range(_HOPS):

@@ -221,6 +221,15 @@ class Runner:
         if self._riders():
             self._run([])
 
+    def drop(self) -> int:
+        """Forget what rides for this thread, unsent; how many. For a run that ended
+        without the write that would have carried it (fenced, abandoned): sent with
+        the next run's first write, a fenced rider would refuse that write."""
+        riders = self._riders()
+        dropped = len(riders)
+        riders.clear()
+        return dropped
+
     def _riders(self) -> list[tuple[Call, Check]]:
         riders = getattr(self._local, "riders", None)
         if riders is None:

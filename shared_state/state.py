@@ -141,9 +141,10 @@ class State:
         self.jobs.check(job_id)
         return Records(self.tasks, job_id)
 
-    def artifacts(self, job_id: str) -> ArtifactStore:
+    def artifacts(self, job_id: str, *, ride: bool = False) -> ArtifactStore:
+        """The job's artifacts; ``ride``: stored with this thread's next write (a task's run)."""
         self.jobs.check(job_id)
-        return ArtifactStore(self.client, job_id)
+        return ArtifactStore(self.client, job_id, self.runner, ride=ride)
 
     def workspace_tree(self, tenant: str, tree_id: str) -> dict[str, FileEntry]:
         """The files of an imported tree, by path; TreeNotFound if the tenant holds none."""

@@ -25,7 +25,9 @@ stops with a stated reason otherwise — never a crash. Each step is a method:
 - ``checkpoint``: the run context saves its state (and the task gets its
   chance to stop a run whose lease was lost). A run a tool ended is not
   checkpointed here: a tool that hands the task off checkpoints before it
-  does, since the handoff ends the claim.
+  does, since the handoff ends the claim. With ``ends_riding`` the run's last
+  checkpoint and settlement ride with the caller's next write (a task's
+  completion or spawn), which the caller then always makes.
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ class AgentLoop:
         ledger: CallLedger,
         budget: TokenBudget | None = None,
         limits: AgentLimits | None = None,
+        ends_riding: bool = False,
     ) -> None:
         self.provider = provider
+        self.ends_riding = ends_riding
         self.engine = engine
         self.tools = tools
         self.context = context
@@ -112,8 +116,9 @@ class AgentLoop:
                     self.checkpoint(ride=True)  # before the next call, with its reservation
                     continue
                 if not outcome.ended_by:
-                    self.checkpoint()
-                self.context.flush()  # the settlement, if no usage record carried it
+                    self.checkpoint(ride=self.ends_riding)
+                if not self.ends_riding:
+                    self.context.flush()  # the settlement, if no usage record carried it
             return outcome
         return self._outcome(False, f"no answer within {self.limits.max_steps} steps")
 

@@ -211,6 +211,8 @@ class WorkerRuntime:
             log.warning("task.abandoned", job_id=job_id, task_id=task_id, reason=str(exc))
             raise
         finally:
+            if self.state.runner.drop():  # a run that ended with no write to carry them
+                log.info("task.riders_dropped", job_id=job_id, task_id=task_id)
             lease.release()
 
 
