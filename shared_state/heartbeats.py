@@ -14,10 +14,20 @@ class WorkerRegistry:
         self.runner = runner
         self.client = runner.client
 
-    def beat(self, worker_id: str, ttl_ms: int, fields: dict[str, Any]) -> None:
+    def beat(
+        self, worker_id: str, ttl_ms: int, fields: dict[str, Any], *, ride: bool = False
+    ) -> None:
+        """Record the worker's heartbeat; ``ride``: with the thread's next write (the
+        heartbeat's renewals). A beat that rode and was refused (OOM, READONLY) is not
+        raised there, where it would take the renewals' answers with it: the next beat
+        writes the record again."""
         flat = [str(x) for pair in fields.items() for x in pair]
         where = keys.script_keys("beatWorker", worker_id=worker_id)
-        self.runner.run("beatWorker", "", where, [ttl_ms, worker_id, *flat])
+        call = ("beatWorker", "", where, [ttl_ms, worker_id, *flat])
+        if ride:
+            self.runner.ride([call], lambda _answer: None)
+            return
+        self.runner.run(*call)
 
     def remove(self, worker_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)

@@ -9,9 +9,10 @@ the retry), so one stalled call costs one tick, never the lease. Each tick
   (a byte on the liveness pipe, ``SupervisorLink``), whether or not Redis
   answers, and notices when that supervisor is gone;
 - renews the lease of every task the worker's slots hold (``lease.Lease``)
-  in one pipeline, one round trip however many slots; records the worker's
-  heartbeat (slots, how many are busy, with which tasks) and flushes the
-  queued global-stream mirror entries. A lost
+  in one pipeline, one round trip however many slots, with the worker's
+  heartbeat (slots, how many are busy, with which tasks); flushes the
+  queued global-stream mirror entries and the CPU by phase, and looks for
+  `rq suspend` for the process's slots (``suspended``), in one more. A lost
   connection ends the tick; any other error in one slot's renewal is that
   slot's alone.
 
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from rq.suspension import WORKERS_SUSPENDED
 
 from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore, keys
 from shared_state.client import ClientOptions, sibling
@@ -151,8 +153,11 @@ class Heartbeat(threading.Thread):
         self.client = sibling(state.client, heartbeat_options(lease_ms))
         # The process's one event log: what these scripts emit is mirrored with the rest.
         runner = Runner(self.client, state.events)
+        self._runner = runner
         self._tasks = TaskStore(runner, state.delivery)
         self._workers = WorkerRegistry(runner)
+        # Set while `rq suspend` holds: the slots take no envelope (``slots.SlotWorker``).
+        self.suspended = threading.Event()
         self.leases = [Lease(worker_id, lease_ms) for _ in range(slots)]
         self._stopping = threading.Event()
         self._reachable = True  # whether the last tick reached Redis (logged on change)
@@ -180,8 +185,10 @@ class Heartbeat(threading.Thread):
             lease.expired()  # an overdue lease is lost now, whether or not Redis answers below
             lease.give_up_if_stuck(self.stuck_after_s)
         try:
+            self._runner.drop()  # a beat left riding by a tick that failed: this one's replaces it
+            self.beat()  # rides with the renewals
             self._renew_all()
-            self.beat()
+            self._runner.flush()  # the beat, when no slot held a lease to renew
             self.flush()
         except ConnectionFailed as exc:
             if self._reachable:
@@ -230,26 +237,30 @@ class Heartbeat(threading.Thread):
             "busy": len(held),
             "tasks": " ".join(f"{c.job_id}/{c.task_id}" for c in held),
         }
-        self._workers.beat(self.worker_id, self.ttl_ms, fields)
+        self._workers.beat(self.worker_id, self.ttl_ms, fields, ride=True)
 
     def flush(self) -> None:
         """Write the process's queued mirror entries and its CPU by phase since the last
-        tick (``phases``), over this thread's own client."""
+        tick (``phases``), and look for `rq suspend` (``suspended``), over this thread's
+        own client: one round trip for the process, not a look per slot per task."""
         events = self.state.events
         pending, spent = events.take_pending(), CLOCK.take()
-        if not pending and not spent:
-            return
         pipe = self.client.pipeline(transaction=False)
+        pipe.exists(WORKERS_SUSPENDED)
         if pending:
             events.queue_mirror(pipe, pending)
         for phase, micros in spent.items():
             pipe.hincrby(keys.METRICS, f"cpu_us|{phase}", micros)
         try:
-            pipe.execute()
+            suspended, *_ = pipe.execute()
         except ConnectionFailed:
             events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
             CLOCK.give_back(spent)
             raise
+        if suspended:
+            self.suspended.set()
+        else:
+            self.suspended.clear()
 
     def _supervisor_gone(self) -> None:
         assert self.link is not None

@@ -309,7 +309,12 @@ def run_worker(
         threading.Thread(
             target=_slot_main,
             args=(state, runtime.heartbeat.leases[i], slots.slot_name(worker_id, i), role, stop),
-            kwargs={"waiting": waiting[i], "burst": burst, "commands": i == 0},
+            kwargs={
+                "waiting": waiting[i],
+                "burst": burst,
+                "commands": i == 0,
+                "suspended": runtime.heartbeat.suspended,
+            },
             name=f"redfleet-slot-{i}",
             daemon=True,  # a cold stop leaves them: their leases run out
         )
@@ -336,6 +341,7 @@ def _slot_main(
     waiting: threading.Event,
     burst: bool,
     commands: bool,
+    suspended: threading.Event | None = None,
 ) -> None:
     """One slot's thread: its RQ loop, started again if it ever breaks (the others go on)."""
     _slot.lease = lease
@@ -345,7 +351,7 @@ def _slot_main(
         while True:
             try:
                 slots.serve(name, queue_name(role), client, stop, waiting,
-                            burst=burst, commands=commands)  # fmt: skip
+                            burst=burst, commands=commands, suspended=suspended)  # fmt: skip
                 return
             except Exception:
                 log.exception("worker.slot_crashed", worker=name)

@@ -68,9 +68,6 @@ _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
 # with its EXISTS) and the key lives worker_ttl + 60 s, so a slot sends its other
 # heartbeats at most this often, and each in one round trip.
 RQ_HEARTBEAT_EVERY_S = 10.0
-# RQ looks for `rq suspend` at every turn of its loop (an EXISTS, with a heartbeat): a
-# slot looks at most this often, so a suspension stops it taking envelopes within 5 s.
-RQ_SUSPENSION_EVERY_S = 5.0
 
 
 class _LeaseDecides(BaseDeathPenalty):
@@ -114,13 +111,14 @@ class SlotWorker(SimpleWorker):
         stop: threading.Event,
         waiting: threading.Event,
         commands: bool,
+        suspended: threading.Event | None = None,
         **kwargs: object,
     ) -> None:
         self.stopping = stop
+        self.suspended = suspended  # set while `rq suspend` holds (None: RQ looks each turn)
         self.waiting = waiting  # set while it waits in its dequeue: what ``unblock`` wakes
         self.commands = commands
         self.drained = False
-        self._suspension_checked = -RQ_SUSPENSION_EVERY_S
         self._starting: Pipeline | None = None  # ``prepare_execution``'s writes, not yet sent
         super().__init__(*args, **kwargs)
 
@@ -132,14 +130,14 @@ class SlotWorker(SimpleWorker):
             super().subscribe()
 
     def check_for_suspension(self, burst: bool) -> None:
-        # Called at the top of every turn of RQ's loop: where it looks for a stop.
+        # Called at the top of every turn of RQ's loop: where it looks for a stop. RQ
+        # looks for `rq suspend` here too, an EXISTS (and a heartbeat) every turn; the
+        # process's heartbeat looks once a tick for all its slots (``suspended``), and
+        # RQ's own wait (looking every second until `rq resume`) runs only once it saw it.
         if self.stopping.is_set():
             self._stop_requested = True
-        at = time.monotonic()
-        if at - self._suspension_checked < RQ_SUSPENSION_EVERY_S:
-            return
-        self._suspension_checked = at
-        super().check_for_suspension(burst)
+        if self.suspended is None or self.suspended.is_set():
+            super().check_for_suspension(burst)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         if pipeline is not None or timeout is not None:
@@ -272,6 +270,7 @@ def serve(
     *,
     burst: bool,
     commands: bool,
+    suspended: threading.Event | None = None,
 ) -> None:
     """Run one slot's RQ work loop until a stop is asked for or a burst empties the queue.
 
@@ -299,6 +298,7 @@ def serve(
                     stop=stop,
                     waiting=waiting,
                     commands=commands,
+                    suspended=suspended,
                 )
                 rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
