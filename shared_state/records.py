@@ -15,10 +15,11 @@ successor started.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
+import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
@@ -63,6 +64,7 @@ class Opening(BaseModel):
     input: str | None  # its input artifact's text; None when it has none, or when a
     # forget redacted it to a copy (read it through the artifact store then)
     document: str | None = None  # the content of the file at ``document_key``, if asked
+    also: tuple[Any, ...] = ()  # the replies to the reads ``also`` queued, in order
 
 
 class Records:
@@ -82,18 +84,29 @@ class Records:
         """A task's journal entries by key, in no particular order."""
         return {e.key: e for e in self.entries() if e.task_id == task_id}
 
-    def opening(self, task_id: str, input_id: str = "", document_key: str = "") -> Opening:
+    def opening(
+        self,
+        task_id: str,
+        input_id: str = "",
+        document_key: str = "",
+        also: Callable[[redis.client.Pipeline], object] | None = None,
+    ) -> Opening:
         """A task's checkpoint, its journal and its input's text, in one round trip (the
         job's journal is read whole: its entries are not indexed by task); with the
-        ``content`` of the hash at ``document_key`` (a memory file: the tenant's AGENTS.md)."""
+        ``content`` of the hash at ``document_key`` (a memory file: the tenant's AGENTS.md)
+        and the reads ``also`` queues (a recall's ``probe``)."""
         pipe = self.client.pipeline(transaction=False)
+        if also is not None:
+            also(pipe)
+        extra = len(pipe)
         pipe.hget(keys.checkpoints(self.job_id), task_id)
         pipe.hgetall(keys.journal(self.job_id))
         if document_key:
             pipe.hget(document_key, "content")
         if input_id:
             pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
-        saved, journal, *rest = pipe.execute()
+        replies = pipe.execute()
+        saved, journal, *rest = replies[extra:]
         document = rest.pop(0) if document_key else None
         entries = [JournalEntry.model_validate_json(v) for v in journal.values()]
         text = None
@@ -104,6 +117,7 @@ class Records:
             journal={e.key: e for e in entries if e.task_id == task_id},
             input=text,
             document=document.decode() if document is not None else None,
+            also=tuple(replies[:extra]),
         )
 
     def checkpoint(self, task_id: str) -> str | None:

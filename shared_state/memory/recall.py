@@ -8,8 +8,11 @@ tenant's change stream. A search first reads the stream's last id with
 Redis's time (one round trip); if another worker wrote or forgot since, the
 index takes in those changes — those items only — before ranking, so an
 item written by any worker is recallable by every other at its next step.
-Hits are then read back from Redis and checked again, so an item forgotten
-or superseded a moment ago is never served from the cache.
+Hits are then checked again as Redis holds them, so an item forgotten or
+superseded a moment ago is never served from the cache: read back, unless
+this process read them since the tenant's last change and forget (every
+write, supersession and forget of an item is a change), when the copy it
+read is what Redis holds.
 
 A process meeting a tenant for the first time loads the index's snapshot
 from Redis (``rf:mem:{tenant}:index``) and takes in the changes after it;
@@ -45,7 +48,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import redis
@@ -112,6 +115,9 @@ EMBED_NOW = 32
 # The vectors of this many recent queries are kept (a few KB each): a job's runs recall
 # with its goal, so one embedding serves all of them.
 QUERY_VECTORS = 256
+# Items read back are kept per tenant until its next change (the hits of its recent
+# searches), at most this many.
+ITEMS_KEPT = 4_096
 # A snapshot is kept in Redis for a tenant of at least this many items, and written again
 # once this many changes (or a quarter of the tenant) have come since the stored one.
 SNAPSHOT_ITEMS = 1_000
@@ -128,6 +134,10 @@ class _Tenant:
     snapshot_at: int = 0  # how many changes the index had taken in at the stored snapshot
     changes: int = 0
     embedding: bool = False  # a background thread is embedding its items
+    generation: str = "0"  # the tenant's forget generation at the last refresh
+    # Items as read back since (last_change, generation) was last seen to change.
+    items: dict[str, MemoryItem] = field(default_factory=dict)
+    items_at: tuple[str, str] = ("", "")
 
 
 class Recall:
@@ -160,12 +170,15 @@ class Recall:
         kinds: Sequence[str] = (),
         operator: bool = False,
         ranking: Ranking = "hybrid",
+        probed: Sequence[Any] = (),
     ) -> list[Hit]:
         """The ``k`` best current, unexpired, not stale items visible to ``ctx`` for ``query``.
 
         ``ranking``: both rankings fused (the default), or one of them alone
         (to compare them); without an embedder, or while the tenant's items
         are being embedded, keywords (``Hit.index`` says which served).
+        ``probed``: the replies to ``probe``'s reads, made with other reads (a
+        run's opening), so the search needs no round trip of its own for them.
         """
         wanted = terms(query)
         if not wanted or k <= 0:
@@ -182,8 +195,9 @@ class Recall:
         while True:
             found = self._rank(
                 ctx.tenant, embedder, wanted, query_vector, ranking, visible, min_authority,
-                kinds, enough,
+                kinds, enough, probed,
             )  # fmt: skip
+            probed = ()  # as of the first look: a second one reads afresh
             if found is None:
                 # There is something to score by meaning: embed the query (outside the
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
@@ -199,7 +213,8 @@ class Recall:
             step = max(k * 2, 8)
             for start in range(0, len(ranked), step):
                 chunk = ranked[start : start + step]
-                fresh = self._still_current(ctx, [hit[0] for hit in chunk], now, operator)
+                read = self._read_back(ctx.tenant, [hit[0] for hit in chunk])
+                fresh = self._still_current(ctx, read, now, operator)
                 for item_id, score, _, _ in chunk:
                     item = fresh.get(item_id)
                     if item is not None:
@@ -237,6 +252,7 @@ class Recall:
         min_authority: int,
         kinds: Sequence[str],
         enough: int,
+        probed: Sequence[Any] = (),
     ) -> tuple[list[tuple[str, float, int, str]], bool] | None:
         """The ``enough`` best candidates (and any tying with the last), best first, each
         with Redis's time and the ranking that served; and whether there are more.
@@ -246,7 +262,7 @@ class Recall:
         # The index changes in place as the tenant's memory does: another task slot of this
         # process must not score it halfway through (hits are re-read outside).
         with self._lock:
-            tenant, now = self._refresh(name, embedder)
+            tenant, now = self._refresh(name, embedder, probed)
             index = tenant.index
             if not len(index):
                 return [], False
@@ -272,33 +288,62 @@ class Recall:
         served = "keyword" if ranking == "keyword" else f"{ranking}:{embedder.name}"
         return [(i, score, now, served) for i, score in ranked], len(best) < len(candidates)
 
+    def _read_back(self, name: str, ids: list[str]) -> list[MemoryItem]:
+        """The items of ``ids`` as Redis holds them: read back, except those this process
+        read since the tenant last changed (as of the search's refresh)."""
+        with self._lock:
+            tenant = self._tenants[name]
+            version = (tenant.last_change, tenant.generation)
+            if tenant.items_at != version:
+                tenant.items, tenant.items_at = {}, version
+            kept = {i: tenant.items[i] for i in ids if i in tenant.items}
+        missing = [i for i in ids if i not in kept]
+        if missing:
+            read = self.store.read_many(name, missing)
+            kept.update((item.id, item) for item in read)
+            with self._lock:
+                if tenant.items_at == version and len(tenant.items) < ITEMS_KEPT:
+                    tenant.items.update((item.id, item) for item in read)
+        return [kept[i] for i in ids if i in kept]
+
+    @staticmethod
     def _still_current(
-        self, ctx: MemoryContext, ids: list[str], now: int, operator: bool
+        ctx: MemoryContext, items: list[MemoryItem], now: int, operator: bool
     ) -> dict[str, MemoryItem]:
-        """The items among ``ids`` that Redis still holds as current, unexpired and visible."""
+        """The ``items`` that are current, unexpired and visible at ``now``."""
         return {
             item.id: item
-            for item in self.store.read_many(ctx.tenant, ids)
+            for item in items
             if item.holds(now) and not item.stale(now) and ctx.sees(item.scope, operator=operator)
         }
 
     # ----------------------------------------------------------------- refresh
 
-    def _refresh(self, name: str, embedder: Embedder | None) -> tuple[_Tenant, int]:
-        """The tenant's index with every change taken in, and Redis's time (ms), in one
-        round trip when nothing changed."""
-        stream = keys.memory_changes(name)
-        pipe = self.client.pipeline(transaction=False)
+    def probe(self, pipe: redis.client.Pipeline, tenant: str) -> None:
+        """Queue on ``pipe`` the reads a search of ``tenant`` starts from — Redis's time, the
+        forget generation, the last change — for ``search``'s ``probed``."""
         pipe.time()
-        pipe.get(keys.memory_forgets(name))
-        pipe.xrevrange(stream, count=1)
-        (seconds, micros), forgets, last = pipe.execute()
+        pipe.get(keys.memory_forgets(tenant))
+        pipe.xrevrange(keys.memory_changes(tenant), count=1)
+
+    def _refresh(
+        self, name: str, embedder: Embedder | None, probed: Sequence[Any] = ()
+    ) -> tuple[_Tenant, int]:
+        """The tenant's index with every change taken in, and Redis's time (ms), in one
+        round trip when nothing changed (none, with ``probe``'s replies: ``probed``)."""
+        stream = keys.memory_changes(name)
+        if not probed:
+            pipe = self.client.pipeline(transaction=False)
+            self.probe(pipe, name)
+            probed = pipe.execute()
+        (seconds, micros), forgets, last = probed
         now = seconds * 1000 + micros // 1000
         generation = forgets.decode() if forgets else "0"
         last_id = last[0][0].decode() if last else ""
         tenant = self._tenants.get(name)
         if tenant is None:
             tenant = self._tenants[name] = self._load(name) or _Tenant()
+        tenant.generation = generation
         # The vectors the index keeps: this embedder's; without one (a keyword search), the
         # ones it has.
         embedded = tenant.embedded if embedder is None else embedder.name

@@ -111,10 +111,16 @@ def memory_context(run: TaskRun, worker: str) -> MemoryContext:
 
 
 def opening_of(run: TaskRun) -> Opening:
-    """The run's records, read once and together: its checkpoint, journal and input, and
-    the tenant's AGENTS.md (None: there is none)."""
+    """The run's records, read once and together: its checkpoint, journal and input, the
+    tenant's AGENTS.md (None: there is none) and where the tenant's memory stands."""
     document = run.state.memory_files.key_of(memory_context(run, ""), PROJECT_MEMORY)
-    opening = run.state.records(run.task.job_id).opening(run.task.task_id, run.task.input, document)
+    recall = run.state.recall()
+    opening = run.state.records(run.task.job_id).opening(
+        run.task.task_id,
+        run.task.input,
+        document,
+        also=lambda pipe: recall.probe(pipe, run.job.tenant),  # what ``recalled`` starts from
+    )
     if run.task.input and opening.input is None:  # redacted to a copy by a forget: the store
         text = run.state.artifacts(run.task.job_id).text(run.task.input)  # follows it
         opening = opening.model_copy(update={"input": text})
@@ -148,6 +154,7 @@ class AgentTask:
         opening = opening or opening_of(run)
         self.input = TaskInput.model_validate_json(opening.input) if opening.input else None
         self.project_document = opening.document  # the tenant's AGENTS.md as the run started
+        self._memory_probed = opening.also  # where the tenant's memory stood (``recalled``)
         self.context = RunContext(
             self._restored(opening.checkpoint),
             artifacts=self.artifacts,
@@ -226,7 +233,9 @@ class AgentTask:
         """
         scopes = [Scope(kind=ScopeKind.APP), Scope(kind=ScopeKind.USER, id=self.memory.user)]
         query = self.run.job.goal
-        hits = self.run.state.recall().search(self.memory, query, k=self.RECALL_HITS, scopes=scopes)
+        hits = self.run.state.recall().search(
+            self.memory, query, k=self.RECALL_HITS, scopes=scopes, probed=self._memory_probed
+        )
         if not hits:
             return ""
         items = [h.item for h in hits]
