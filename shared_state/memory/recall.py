@@ -197,7 +197,6 @@ class Recall:
                 ctx.tenant, embedder, wanted, query_vector, ranking, visible, min_authority,
                 kinds, enough, probed,
             )  # fmt: skip
-            probed = ()  # as of the first look: a second one reads afresh
             if found is None:
                 # There is something to score by meaning: embed the query (outside the
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
@@ -224,6 +223,7 @@ class Recall:
             if not more:
                 return hits
             enough *= 4  # the best ones changed since the index saw them: look further
+            probed = ()  # and at the index as it is now
 
     def _vector(self, embedder: Embedder, query: str) -> np.ndarray:
         """The query's vector, made once while it is among the last ``QUERY_VECTORS``
