@@ -243,6 +243,12 @@ def memory_job_files(tenant: str, job_id: str) -> str:
     return f"{memory_prefix(tenant)}jobfiles:{job_id}"
 
 
+def memory_query_vector(tenant: str, embedder: str, query: str) -> str:
+    """A query's vector by ``embedder``, kept a while for the other workers asking it."""
+    digest = hashlib.sha256(query.encode()).hexdigest()[:32]
+    return f"{memory_prefix(tenant)}qvec:{embedder}:{digest}"
+
+
 def memory_seen(tenant: str, claim_digest: str) -> str:
     return f"{memory_prefix(tenant)}seen:{claim_digest}"
 

@@ -108,6 +108,13 @@ def test_vectors_are_stored_with_their_items_and_deleted_with_them(
     for _ in range(3):
         again.search(CTX, "what do we keep of the ledger?", k=1)
     assert counting.texts == 2
+    # Another worker asking it (a job's runs across a fleet ask with its goal) reads the
+    # vector the first one stored, with the reads a search starts from (``probe``).
+    elsewhere = Recall(store, counting)
+    pipe = state.client.pipeline(transaction=False)
+    elsewhere.probe(pipe, CTX.tenant, "what do we keep of the ledger?")
+    assert elsewhere.search(CTX, "what do we keep of the ledger?", k=1, probed=pipe.execute())
+    assert counting.texts == 2
     store.forget(CTX, [ids[4]])
     assert not state.client.exists(key)
     hits = Recall(store, embedder).search(CTX, "how long are backups kept?", k=5)

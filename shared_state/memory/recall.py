@@ -115,6 +115,9 @@ EMBED_NOW = 32
 # The vectors of this many recent queries are kept (a few KB each): a job's runs recall
 # with its goal, so one embedding serves all of them.
 QUERY_VECTORS = 256
+# A query's vector is kept in Redis this long, for the other workers asking it: a job's
+# runs on a dozen processes ask with its goal, and one of them embeds it (~15 ms).
+QUERY_VECTOR_TTL_S = 3_600
 # Items read back are kept per tenant until its next change (the hits of its recent
 # searches), at most this many.
 ITEMS_KEPT = 4_096
@@ -178,7 +181,8 @@ class Recall:
         (to compare them); without an embedder, or while the tenant's items
         are being embedded, keywords (``Hit.index`` says which served).
         ``probed``: the replies to ``probe``'s reads, made with other reads (a
-        run's opening), so the search needs no round trip of its own for them.
+        run's opening), so the search needs no round trip of its own for them —
+        with the query's vector, when another worker made it lately.
         """
         wanted = terms(query)
         if not wanted or k <= 0:
@@ -202,7 +206,8 @@ class Recall:
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
                 # search costs no embedding at all.
                 assert embedder is not None
-                query_vector = self._vector(embedder, query)
+                stored = probed[3] if len(probed) > 3 else None
+                query_vector = self._vector(embedder, query, ctx.tenant, stored)
                 continue
             ranked, more = found
             if not ranked:
@@ -225,16 +230,24 @@ class Recall:
             enough *= 4  # the best ones changed since the index saw them: look further
             probed = ()  # and at the index as it is now
 
-    def _vector(self, embedder: Embedder, query: str) -> np.ndarray:
+    def _vector(
+        self, embedder: Embedder, query: str, tenant: str, stored: bytes | None = None
+    ) -> np.ndarray:
         """The query's vector, made once while it is among the last ``QUERY_VECTORS``
-        asked for (a job's runs ask with its goal)."""
+        asked for (a job's runs ask with its goal); once in the fleet while a worker's
+        (``stored``, read by ``probe``) is kept, ``QUERY_VECTOR_TTL_S``."""
         key = (embedder.name, query)
         with self._lock:
             found = self._vectors.get(key)
             if found is not None:
                 self._vectors.move_to_end(key)
                 return found
-        made = embedder.embed([query])[0]
+        if stored is not None:
+            made = np.frombuffer(stored, dtype=np.float32)
+        else:
+            made = embedder.embed([query])[0].astype(np.float32)
+            where = keys.memory_query_vector(tenant, embedder.name, query)
+            self.client.set(where, made.tobytes(), ex=QUERY_VECTOR_TTL_S)
         with self._lock:
             self._vectors[key] = made
             while len(self._vectors) > QUERY_VECTORS:
@@ -319,12 +332,16 @@ class Recall:
 
     # ----------------------------------------------------------------- refresh
 
-    def probe(self, pipe: redis.client.Pipeline, tenant: str) -> None:
+    def probe(self, pipe: redis.client.Pipeline, tenant: str, query: str = "") -> None:
         """Queue on ``pipe`` the reads a search of ``tenant`` starts from — Redis's time, the
-        forget generation, the last change — for ``search``'s ``probed``."""
+        forget generation, the last change, and ``query``'s vector if a worker stored
+        one — for ``search``'s ``probed``."""
         pipe.time()
         pipe.get(keys.memory_forgets(tenant))
         pipe.xrevrange(keys.memory_changes(tenant), count=1)
+        embedder = self.embedder if query else None
+        if embedder is not None:
+            pipe.get(keys.memory_query_vector(tenant, embedder.name, query))
 
     def _refresh(
         self, name: str, embedder: Embedder | None, probed: Sequence[Any] = ()
@@ -336,7 +353,7 @@ class Recall:
             pipe = self.client.pipeline(transaction=False)
             self.probe(pipe, name)
             probed = pipe.execute()
-        (seconds, micros), forgets, last = probed
+        (seconds, micros), forgets, last = probed[:3]
         now = seconds * 1000 + micros // 1000
         generation = forgets.decode() if forgets else "0"
         last_id = last[0][0].decode() if last else ""

@@ -119,7 +119,7 @@ def opening_of(run: TaskRun) -> Opening:
         run.task.task_id,
         run.task.input,
         document,
-        also=lambda pipe: recall.probe(pipe, run.job.tenant),  # what ``recalled`` starts from
+        also=lambda pipe: recall.probe(pipe, run.job.tenant, run.job.goal),  # for ``recalled``
     )
     if run.task.input and opening.input is None:  # redacted to a copy by a forget: the store
         text = run.state.artifacts(run.task.job_id).text(run.task.input)  # follows it
