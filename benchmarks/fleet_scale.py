@@ -747,6 +747,14 @@ class LoadRun:
                 if ended_tasks
                 else None,
                 "top": _top_commands(stats0, stats1),
+                # Redis's own CPU per task by command (a script's time includes the
+                # commands it called, which are also counted under their own names).
+                "top_us_per_task": {
+                    name: round(us / ended_tasks, 1)
+                    for name, us in _top_commands(stats0, stats1, field="usec").items()
+                }
+                if ended_tasks
+                else {},
             },
         )
 
@@ -785,9 +793,12 @@ def _concurrency(runs: list[tuple[float, float]]) -> tuple[int, float, float]:
     return peak, busy / span if span > 0 else 0.0, busy / len(runs)
 
 
-def _top_commands(before: dict[str, Any], after: dict[str, Any], n: int = 8) -> dict[str, int]:
+def _top_commands(
+    before: dict[str, Any], after: dict[str, Any], n: int = 8, field: str = "calls"
+) -> dict[str, int]:
+    """The ``n`` commands with the most ``calls`` (or ``usec``) between two commandstats."""
     delta = {
-        name.removeprefix("cmdstat_"): stats["calls"] - before.get(name, {}).get("calls", 0)
+        name.removeprefix("cmdstat_"): stats[field] - before.get(name, {}).get(field, 0)
         for name, stats in after.items()
     }
     return dict(Counter(delta).most_common(n))
