@@ -120,6 +120,7 @@ class SlotWorker(SimpleWorker):
         self.commands = commands
         self.drained = False
         self._starting: Pipeline | None = None  # ``prepare_execution``'s writes, not yet sent
+        self._written: str | None = None  # the state last written to RQ's record of the slot
         super().__init__(*args, **kwargs)
 
     def _install_signal_handlers(self) -> None:
@@ -152,9 +153,17 @@ class SlotWorker(SimpleWorker):
 
     def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
         # RQ records "idle" as a job ends and again as the next dequeue starts: once will do.
-        if pipeline is None and state == self.get_state():
+        # A state queued on a pipeline is written once that pipeline is (``_written``); one
+        # whose pipeline failed (Redis away as the job ended) is written again, and raises
+        # there while Redis stays away.
+        if pipeline is not None:
+            self._written = None
+            super().set_state(state, pipeline)
             return
-        super().set_state(state, pipeline)
+        if state == self._written:
+            return
+        super().set_state(state)
+        self._written = state
 
     # One envelope's bookkeeping, in two round trips where RQ takes eight: its
     # writes as a job starts (the execution record, "busy", the job's status) go in
@@ -191,6 +200,7 @@ class SlotWorker(SimpleWorker):
                 # RQ asks this only of a worker on one queue: the job's.
                 pipe.lrem(self.queues[0].intermediate_queue_key, 1, job.id)
             pipe.execute()
+        self._written = WorkerStatus.BUSY
 
     def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
         if _plain(job):
@@ -226,6 +236,7 @@ class SlotWorker(SimpleWorker):
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()
+        self._written = WorkerStatus.IDLE
         release_slot(job)
 
     def set_shutdown_requested_date(self) -> None:
