@@ -65,7 +65,9 @@ class JobStore:
         self.delivery = delivery
         self.retention_s = retention_s
         self.job_maxlen = job_maxlen
-        self.memory = MemoryStore(self.client)  # a job's own memory items expire with it
+        # A job's own memory items expire with it; its episode is embedded as it is written,
+        # once (each recalling process would embed it otherwise, under its index's lock).
+        self.memory = MemoryStore(self.client, embedder="default")
         # The one tenant this store reads and acts for (None: every tenant, as a fleet does).
         self.tenant: str | None = None
 

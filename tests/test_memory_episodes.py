@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared_state import JobSpec, Role, Scenario, State, Trust
+from shared_state import JobSpec, Role, Scenario, State, Trust, keys
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
 from shared_state.memory.episodes import record_episode
 
@@ -40,6 +40,9 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
     assert "- the grammar has 14 rules [agent, step 4]" in episode.text
     assert f"report {report.id}" in episode.text
     assert set(episode.provenance.derived_from) == {decision.id, fact.id}
+    # embedded as it was written, once: no process that recalls it embeds it again
+    vec_model = state.client.hget(keys.memory_item("acme", episode.id), "vec_model")
+    assert vec_model == b"all-MiniLM-L6-v2"
     # written once: retiring again adds nothing
     state.jobs.finalize(job.job_id)
     assert len([i for i in store.items(alice, include_expired=True) if i.kind == "episode"]) == 1
