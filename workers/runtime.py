@@ -334,7 +334,7 @@ def run_worker(
 
 def _preload(state: State, provider: ProviderChoice) -> None:
     """Load what every agent task uses before a slot waits on it, once, not in the first
-    task of each slot: the tokenizer (~1 s of CPU), recall's index and numpy (~0.15 s),
+    task of each slot: the tokenizer (~1 s of CPU), recall with numpy (~0.15 s),
     and for a model behind HTTP the client and its transport (~0.1 s)."""
     tokenizer_for()
     state.recall()

@@ -165,7 +165,7 @@ class SlotWorker(SimpleWorker):
         super().set_state(state)
         self._written = state
 
-    # One envelope's bookkeeping, in two round trips where RQ takes eight: its
+    # One envelope's bookkeeping, in two round trips where RQ takes seven: its
     # writes as a job starts (the execution record, "busy", the job's status) go in
     # one pipeline, and its writes as a job ends (the result, the counters, the
     # execution's removal, "idle") in one MULTI. What is left out: the job's own

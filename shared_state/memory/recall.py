@@ -5,7 +5,8 @@ embedder made (``embed``: the offline default needs no download; a worker
 embeds what it writes, ``MemoryStore``), and each process keeps an index per
 tenant (``index``: postings, filter columns, vectors) that follows the
 tenant's change stream. A search first reads the stream's last id with
-Redis's time (one round trip); if another worker wrote or forgot since, the
+Redis's time (one round trip, or none when a task's run read them with its
+other records: ``probe``); if another worker wrote or forgot since, the
 index takes in those changes — those items only — before ranking, so an
 item written by any worker is recallable by every other at its next step.
 Hits are then checked again as Redis holds them, so an item forgotten or
