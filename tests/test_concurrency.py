@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import Counter
 
 from rq import Worker as RQWorker
+from rq.suspension import resume, suspend
 
 from shared_state import Envelope, JobSpec, Role, Scenario, State, Task, TaskStatus
+from workers import runtime, slots
 from workers.llm import load_scenario
 
 from .conftest import events_named, wait_for
@@ -212,3 +215,46 @@ def test_a_second_envelope_of_a_task_a_slot_runs_is_dropped_by_the_other_slots(
 def busy_tasks(state: State, job_id: str) -> list[tuple[str, str]]:
     """(worker, task) for each coder task of the job a worker holds now."""
     return [(w.worker_id, w.task_id) for w in busy(state, job_id, Role.CODER)]
+
+
+def test_rq_suspend_seen_by_the_heartbeat_holds_every_slot_until_rq_resume(
+    state: State, monkeypatch
+) -> None:
+    # The process's heartbeat looks for `rq suspend` once a tick for all its slots; a slot
+    # that saw it waits in RQ's own loop, taking no envelope, until `rq resume`.
+    job = state.jobs.submit(JobSpec(goal="held", fanout=1))
+    rt = runtime.WorkerRuntime(state, role=Role.PLANNER, lease_ms=60_000, worker_id="planner-s")
+    monkeypatch.setattr(runtime, "_runtime", rt)
+    suspend(state.client)
+    rt.heartbeat.flush()
+    assert rt.heartbeat.suspended.is_set()
+    stop, name = threading.Event(), "planner-s/0"
+    slot = threading.Thread(
+        target=runtime._slot_main,
+        args=(state, rt.heartbeat.leases[0], name, Role.PLANNER, stop),
+        kwargs={"waiting": threading.Event(), "burst": False, "commands": False,
+                "suspended": rt.heartbeat.suspended},
+    )  # fmt: skip
+    slot.start()
+    try:
+
+        def suspended() -> bool:  # RQ's record of the slot, as `rq info` shows it
+            return state.client.hget(f"rq:worker:{name}", "state") == b"suspended"
+
+        wait_for(suspended, 20, "the slot to see the suspension")
+        assert state.tasks.get(job.job_id, job.root_task).status is TaskStatus.QUEUED
+        assert state.client.llen(state.delivery.queues[Role.PLANNER].key) == 1
+        resume(state.client)
+        rt.heartbeat.flush()
+        assert not rt.heartbeat.suspended.is_set()
+        wait_for(
+            lambda: state.tasks.get(job.job_id, job.root_task).status is not TaskStatus.QUEUED,
+            20,
+            "the slot to take the envelope after rq resume",
+        )
+    finally:
+        resume(state.client)
+        stop.set()
+        wait_for(lambda: slots.unblock(state.client, "planner-s") or not slot.is_alive(), 30)
+        slot.join(30)
+    assert not slot.is_alive()
