@@ -228,6 +228,17 @@ def test_rq_suspend_seen_by_the_heartbeat_holds_every_slot_until_rq_resume(
     suspend(state.client)
     rt.heartbeat.flush()
     assert rt.heartbeat.suspended.is_set()
+    # A burst ends at once, as RQ's own does (not a loop that broke, to start again).
+    burst = threading.Thread(
+        target=runtime._slot_main,
+        args=(state, rt.heartbeat.leases[0], "planner-s/b", Role.PLANNER, threading.Event()),
+        kwargs={"waiting": threading.Event(), "burst": True, "commands": False,
+                "suspended": rt.heartbeat.suspended},
+        daemon=True,
+    )  # fmt: skip
+    burst.start()
+    burst.join(20)
+    assert not burst.is_alive()
     stop, name = threading.Event(), "planner-s/0"
     slot = threading.Thread(
         target=runtime._slot_main,

@@ -96,8 +96,8 @@ class SlotWorker(SimpleWorker):
     """RQ's in-process worker, run in a slot's thread.
 
     ``stopping`` asks it to end after the task it runs (a warm stop);
-    ``drained`` tells that a burst found the queue empty — anything else that
-    ends ``work`` is a failure to ride out.
+    ``drained`` tells that a burst found the queue empty (or the fleet under
+    `rq suspend`) — anything else that ends ``work`` is a failure to ride out.
     """
 
     # RQ doubles its pause between failed dequeues up to 60 s: after an outage it
@@ -138,7 +138,11 @@ class SlotWorker(SimpleWorker):
         if self.stopping.is_set():
             self._stop_requested = True
         if self.suspended is None or self.suspended.is_set():
-            super().check_for_suspension(burst)
+            try:
+                super().check_for_suspension(burst)
+            except StopRequested:
+                self.drained = True  # a burst ends on `rq suspend`, as RQ's own does
+                raise
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         if pipeline is not None or timeout is not None:
