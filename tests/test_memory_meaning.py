@@ -14,7 +14,7 @@ from shared_state import State, keys
 from shared_state.errors import MemoryRefused
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
 from shared_state.memory.embed import MiniLM, OpenAIEmbeddings, default_embedder
-from shared_state.memory.recall import Recall
+from shared_state.memory.recall import Hit, Recall
 from shared_state.scripts import run_plain
 
 CTX = MemoryContext(tenant="acme", user="u", job="j-1", task="t-1", actor="test")
@@ -103,18 +103,26 @@ def test_vectors_are_stored_with_their_items_and_deleted_with_them(
         == []
     )
     assert counting.texts == 1
-    # A query asked again (every run of a job recalls with its goal) is embedded once.
+    # A query asked again (every run of a job recalls with its goal, with the reads a
+    # search starts from: ``probe``) is embedded once...
+    ledger = "what do we keep of the ledger?"
+
+    def as_a_run(recall: Recall) -> list[Hit]:
+        pipe = state.client.pipeline(transaction=False)
+        recall.probe(pipe, CTX.tenant, ledger)
+        return recall.search(CTX, ledger, k=1, probed=pipe.execute())
+
     again = Recall(store, counting)
     for _ in range(3):
-        again.search(CTX, "what do we keep of the ledger?", k=1)
+        as_a_run(again)
     assert counting.texts == 2
-    # Another worker asking it (a job's runs across a fleet ask with its goal) reads the
-    # vector the first one stored, with the reads a search starts from (``probe``).
-    elsewhere = Recall(store, counting)
-    pipe = state.client.pipeline(transaction=False)
-    elsewhere.probe(pipe, CTX.tenant, "what do we keep of the ledger?")
-    assert elsewhere.search(CTX, "what do we keep of the ledger?", k=1, probed=pipe.execute())
+    # ...and once in the fleet: another worker asking it reads the vector the first stored.
+    assert as_a_run(Recall(store, counting))
     assert counting.texts == 2
+    # A search asked otherwise (the CLI's) embeds its query for itself, and shares nothing.
+    Recall(store, counting).search(CTX, "what do we keep of the invoices?", k=1)
+    assert counting.texts == 3
+    assert len(list(state.client.scan_iter(match="rf:mem:*qvec*"))) == 1
     store.forget(CTX, [ids[4]])
     assert not state.client.exists(key)
     hits = Recall(store, embedder).search(CTX, "how long are backups kept?", k=5)

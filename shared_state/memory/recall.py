@@ -207,8 +207,11 @@ class Recall:
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
                 # search costs no embedding at all.
                 assert embedder is not None
-                stored = probed[3] if len(probed) > 3 else None
-                query_vector = self._vector(embedder, query, ctx.tenant, stored)
+                # A probe that looked for the query's vector (a task's run) shares the one
+                # made here; a search asked otherwise (the CLI's) keeps it to itself.
+                shared = len(probed) > 3
+                stored = probed[3] if shared else None
+                query_vector = self._vector(embedder, query, ctx.tenant, stored, share=shared)
                 continue
             ranked, more = found
             if not ranked:
@@ -232,11 +235,17 @@ class Recall:
             probed = ()  # and at the index as it is now
 
     def _vector(
-        self, embedder: Embedder, query: str, tenant: str, stored: bytes | None = None
+        self,
+        embedder: Embedder,
+        query: str,
+        tenant: str,
+        stored: bytes | None = None,
+        *,
+        share: bool = False,
     ) -> np.ndarray:
         """The query's vector, made once while it is among the last ``QUERY_VECTORS``
-        asked for (a job's runs ask with its goal); once in the fleet while a worker's
-        (``stored``, read by ``probe``) is kept, ``QUERY_VECTOR_TTL_S``."""
+        asked for (a job's runs ask with its goal); with ``share``, once in the fleet
+        while a worker's (``stored``, read by ``probe``) is kept, ``QUERY_VECTOR_TTL_S``."""
         key = (embedder.name, query)
         with self._lock:
             found = self._vectors.get(key)
@@ -247,8 +256,9 @@ class Recall:
             made = np.frombuffer(stored, dtype=np.float32)
         else:
             made = embedder.embed([query])[0].astype(np.float32)
-            where = keys.memory_query_vector(tenant, embedder.name, query)
-            self.client.set(where, made.tobytes(), ex=QUERY_VECTOR_TTL_S)
+            if share:
+                where = keys.memory_query_vector(tenant, embedder.name, query)
+                self.client.set(where, made.tobytes(), ex=QUERY_VECTOR_TTL_S)
         with self._lock:
             self._vectors[key] = made
             while len(self._vectors) > QUERY_VECTORS:
