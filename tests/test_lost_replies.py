@@ -9,12 +9,14 @@ answer and no effect happens twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 import redis
 
 from shared_state import (
+    BudgetExceeded,
     Child,
     ConnectionFailed,
     Envelope,
@@ -28,7 +30,9 @@ from shared_state import (
     TaskStatus,
     keys,
 )
+from shared_state import budget as budget_module
 from shared_state import jobs as jobs_module
+from shared_state.budget import TokenBudget
 from shared_state.client import ClientOptions
 from shared_state.jobs import SUBMIT_DEADLINE_MS
 from shared_state.scripts import SCRIPTS
@@ -150,16 +154,55 @@ def test_lost_budget_and_usage_replies_count_once(
     assert len(events_named(state, job.job_id, "model.called")) == 1
 
 
-def test_a_reservation_never_settled_is_given_back_after_it_expires(state: State) -> None:
+def _reserved_now(budget: TokenBudget) -> int:
+    """Tokens the job's budget holds, as a reservation sees them (a probe, given back)."""
+    probe = budget.reserve(1)
+    budget.settle(probe, 0)
+    return probe.state.reserved - 1
+
+
+def test_a_reservation_never_settled_is_given_back_after_it_expires(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job = state.jobs.submit(JobSpec(goal="g", token_budget=1_000))
     budget = state.budget(job.job_id)
-    budget.reserve(900)  # its worker dies mid-call: never settled
-    state.client.hset(  # as if the reservation's time had passed
-        keys.budget(job.job_id),
-        next(f for f in state.client.hkeys(keys.budget(job.job_id)) if f.startswith(b"r:")),
-        "900 1",
-    )
-    assert budget.reserve(800).state.reserved == 800
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
+    budget.settle(budget.reserve(50), 50)  # settled: the earliest expiry is now a stale one
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 300)
+    budget.reserve(800)  # its worker dies mid-call: never settled
+    with pytest.raises(BudgetExceeded):
+        budget.reserve(800)
+
+    def reserved() -> bool:
+        with contextlib.suppress(BudgetExceeded):
+            return budget.reserve(800).state.reserved == 800
+        return False
+
+    wait_for(reserved, timeout=10, what="the lapsed reservation given back")
+
+
+def test_expiry_is_looked_for_by_the_earliest_reservation_held(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reservation reads the whole budget hash only once one held may have expired: the
+    next look is kept at the earliest expiry, whichever order the reservations came in."""
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=10_000))
+    budget = state.budget(job.job_id)
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
+    budget.reserve(100)  # held an hour
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 300)
+    budget.reserve(200)  # held 300 ms, reserved after the longer one
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_000)
+    budget.reserve(400)  # held 3 s
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
+    wait_for(lambda: _reserved_now(budget) == 500, timeout=10, what="the 200 dropped")
+    # The look that dropped the 200 set the next one at the 400's expiry, not later.
+    wait_for(lambda: _reserved_now(budget) == 100, timeout=10, what="the 400 dropped")
+    # The next look is at the hour's expiry now; a shorter reservation brings it nearer.
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 300)
+    budget.reserve(300)
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
+    wait_for(lambda: _reserved_now(budget) == 100, timeout=10, what="the 300 dropped")
 
 
 def test_a_delivery_resent_after_a_lost_reply_is_a_harmless_duplicate(

@@ -11,6 +11,11 @@
   the same id (a retry after a lost reply) is not counted twice. One whose
   caller never settled it (the worker died mid-call) is dropped once it
   expires, by the next reservation of the job, so the budget cannot leak.
+  Looking for those reads the whole hash (every call in flight), so it is
+  done only once `sweep_at` has passed: no later than the earliest expiry
+  of the reservations held (a settle leaves it as it was, early at worst),
+  set anew by each sweep. A reservation is then O(1) however many calls of
+  the job are in flight, and an expired one is still dropped on time.
 
   The same for money, where the job has a budget in USD: each call reserves
   its cost at its route's prices (micro-dollars: limit_usd, used_usd,
@@ -23,7 +28,8 @@
   new day.
 
   KEYS[1] budget hash      rf:{job}:budget   (limit, used, reserved, limit_usd, used_usd,
-                                              reserved_usd, r:<id>; a limit 0 = none),
+                                              reserved_usd, sweep_at, r:<id>; a limit 0 =
+                                              none),
                            or rf:spend:{tenant} (the same, and day)
 
   ARGV[1] reservation id
@@ -58,19 +64,27 @@ if ARGV[5] == 'day' then
     redis.call('HSET', key, 'day', day, 'used', 0, 'used_usd', 0)
   end
 end
--- Drop the reservations of calls that can no longer be settled.
-local all = redis.call('HGETALL', key)
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 2) == 'r:' then
-    local tokens, expires, held = string.match(all[i + 1], '^(%d+) (%d+) ?(%d*)$')
-    if tonumber(expires) <= now then
-      redis.call('HINCRBY', key, 'reserved', 0 - tonumber(tokens))  -- never "-0"
-      if held ~= '' and tonumber(held) > 0 then
-        redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(held))
+-- Drop the reservations of calls that can no longer be settled, once one may have expired.
+local sweepAt = tonumber(redis.call('HGET', key, 'sweep_at') or '0')
+if sweepAt <= now then
+  local all, earliest = redis.call('HGETALL', key), nil
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'r:' then
+      local tokens, expires, held = string.match(all[i + 1], '^(%d+) (%d+) ?(%d*)$')
+      expires = tonumber(expires)
+      if expires <= now then
+        redis.call('HINCRBY', key, 'reserved', 0 - tonumber(tokens))  -- never "-0"
+        if held ~= '' and tonumber(held) > 0 then
+          redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(held))
+        end
+        redis.call('HDEL', key, all[i])
+      elseif not earliest or expires < earliest then
+        earliest = expires
       end
-      redis.call('HDEL', key, all[i])
     end
   end
+  sweepAt = earliest or (now + ttl)
+  redis.call('HSET', key, 'sweep_at', sweepAt)  -- kept even if this call is refused
 end
 
 local limit, used, reserved = current()
@@ -87,4 +101,5 @@ end
 reserved = redis.call('HINCRBY', key, 'reserved', want)
 redis.call('HINCRBY', key, 'reserved_usd', cost)
 redis.call('HSET', key, field, want .. ' ' .. (now + ttl) .. ' ' .. cost)
+if now + ttl < sweepAt then redis.call('HSET', key, 'sweep_at', now + ttl) end
 return reply(1, {limit = limit, used = used, reserved = reserved})
