@@ -5,6 +5,7 @@ Every test runs real redis-server processes and stops the ones it started.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -226,3 +227,28 @@ def test_a_lost_server_is_one_error_for_every_command_and_pipeline() -> None:
         )
         assert "Redis unreachable" in str(caught.value)
     state.client.close()
+
+
+def test_a_new_connection_names_redfleet_and_reads_no_package_metadata(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py looks its version up in the package metadata for every connection it makes
+    unless told it: a slot's pool grows while tasks run, so that lookup was per-task CPU."""
+    looked_up: list[str] = []
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: looked_up.append(name) or real(name)
+    )
+    client = connect(redis_url)
+    try:
+        pool = client.connection_pool
+        first, second = pool.get_connection(), pool.get_connection()  # two: a new one made
+        for connection in (first, second):
+            connection.send_command("PING")
+            assert connection.read_response() == b"PONG"
+        assert first.driver_info.formatted_name.startswith("redis-py(redfleet_v")
+        pool.release(first)
+        pool.release(second)
+    finally:
+        client.close()
+    assert looked_up == []
