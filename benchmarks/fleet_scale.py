@@ -888,6 +888,9 @@ def plain_rq(url: str, jobs: int, processes: int, console: Console) -> dict[str,
 CLI_RUNS = 5
 CLI_COMMANDS = (("--version",), ("status",), ("claims",), ("logs",))
 CLI_GOAL_S = 0.25
+# What a command that reads Redis imports before any code of its own: its options (typer),
+# the Redis client, its settings from the environment (pydantic-settings), its tables (rich).
+CLI_FLOOR = "import typer, redis, pydantic_settings, rich.table"
 
 
 def _cpu_of(command: list[str], env: dict[str, str]) -> float:
@@ -902,12 +905,14 @@ def _cpu_of(command: list[str], env: dict[str, str]) -> float:
 
 def cli_cpu(url: str, console: Console) -> dict[str, Any]:
     """The median CPU of each watching command against the run's Redis (with the jobs the
-    loads left), beside RQ's own CLI on the same Redis."""
+    loads left), beside RQ's own CLI on the same Redis and the libraries such a command
+    imports, alone (``CLI_FLOOR``)."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "REDIS_URL": url}
     runs = {f"redfleet {' '.join(c)}": [str(bin_dir / "redfleet"), *c] for c in CLI_COMMANDS}
     runs |= {"rq --help": [str(bin_dir / "rq"), "--help"],
-             "rq info": [str(bin_dir / "rq"), "info", "--url", url]}  # fmt: skip
+             "rq info": [str(bin_dir / "rq"), "info", "--url", url],
+             f'python -c "{CLI_FLOOR}"': [sys.executable, "-c", CLI_FLOOR]}  # fmt: skip
     _progress(console, f"the CLI: {len(runs)} commands, {CLI_RUNS} runs each")
     medians = {}
     for name, command in runs.items():

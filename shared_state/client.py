@@ -17,7 +17,7 @@ so a failover is ridden out by the same retries as a restart: the
 connections to the old primary fail, and the retries connect to the new one.
 
 Every connection names its library to the server as ``redis-py(redfleet_v<version>)``
-(``CLIENT SETINFO``: ``CLIENT LIST`` shows it from Redis 7.2), from ``DRIVER``, made
+(``CLIENT SETINFO``: ``CLIENT LIST`` shows it from Redis 7.2), from ``driver()``, made
 once: without it redis-py looks its own version up in the package metadata for each
 new connection (~0.5 ms of CPU, and a slot's pool grows with the tasks it runs).
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 import socket
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
@@ -40,15 +41,15 @@ from .errors import ConnectionFailed
 from .redact import redact
 
 
-def _driver() -> DriverInfo:
+@cache
+def driver() -> DriverInfo:
+    """How every connection names its library, made at the first (the package lookup costs
+    ~5 ms: not at import, where ``redfleet --version`` would pay it)."""
     try:
         version = importlib.metadata.version("redfleet")
     except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
         version = "0"
     return DriverInfo(lib_version=redis.__version__).add_upstream_driver("redfleet", version)
-
-
-DRIVER = _driver()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +95,7 @@ class ClientOptions:
             ),
             "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
             "client_name": self.client_name,
-            "driver_info": DRIVER,
+            "driver_info": driver(),
         }
 
 

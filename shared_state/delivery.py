@@ -6,7 +6,7 @@ an envelope twice (the second claim fails quietly) or lose it (the reaper
 finds the task queued with no live envelope and sends a new one). Each
 delivery gets a fresh RQ job id, ``<job id>_<task id>_<random>``, recorded in
 the task hash as ``envelope``; a worker reads whose tasks wait in a queue
-from the ids alone (``waiting_jobs``).
+from the ids alone (``waiting``, ``job_of``).
 
 An envelope whose worker died is never finished by RQ: its job hash, its
 entry in the queue's started ("wip") registry and its executions would stay
@@ -31,6 +31,7 @@ from rq.serializers import JSONSerializer
 
 from . import keys
 from .models import Role
+from .scripts import run_plain
 
 EXECUTE = "workers.runtime.execute"
 QUEUE_PREFIX = "redfleet."
@@ -176,19 +177,30 @@ class Delivery:
             pipe.lrange(self.queues[role].key, 0, -1)
         return {rq_id for ids in pipe.execute() for rq_id in ids}
 
-    def waiting_jobs(self, role: Role, limit: int) -> list[str]:
-        """The jobs of the first ``limit`` envelopes waiting in ``role``'s queue, in order.
+    def waiting(self, role: Role, limit: int) -> list[str]:
+        """The first ``limit`` envelopes (RQ job ids) waiting in ``role``'s queue, in order;
+        ``job_of`` names each one's job."""
+        return [rq_id.decode() for rq_id in self.client.lrange(self.queues[role].key, 0, limit - 1)]
 
-        An envelope sent before ids named their job counts as a job of its own.
-        """
-        ids = self.client.lrange(self.queues[role].key, 0, limit - 1)
-        return [rq_id.decode().partition("_")[0] for rq_id in ids]
+    def swap(self, role: Role, taken: str, instead: str) -> bool:
+        """Take the waiting envelope ``instead`` in place of ``taken``, which a slot's
+        dequeue moved to RQ's intermediate list, and put ``taken`` back at the head of the
+        queue (``swapEnvelope``); False when ``instead`` waits no longer (nothing changed)."""
+        queue = self.queues[role]
+        where = [queue.key, queue.intermediate_queue_key]
+        return run_plain(self.client, "swapEnvelope", where, [taken, instead]).ok
 
     def depths(self) -> dict[str, int]:
         pipe = self.client.pipeline(transaction=False)
         for queue in self.queues.values():
             pipe.llen(queue.key)
         return {role.value: n for role, n in zip(self.queues, pipe.execute(), strict=True)}
+
+
+def job_of(rq_id: str) -> str:
+    """The job an envelope's RQ job id names (an id from before ids named their job: a job
+    of its own)."""
+    return rq_id.partition("_")[0]
 
 
 def _worker_id(rq_name: str) -> str:

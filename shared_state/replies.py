@@ -154,6 +154,7 @@ OUTCOMES: dict[str, frozenset[Code]] = {
     # The lease is live again, or its task's record is gone: nothing to reap.
     "reapTask": frozenset({Code.NOT_CLAIMABLE, Code.NOT_FOUND}),
     "redeliverTask": frozenset({Code.NOT_CLAIMABLE}),  # not lost after all: nothing to send
+    "swapEnvelope": frozenset({Code.NOT_FOUND}),  # taken by another slot: nothing swapped
 }
 
 

@@ -16,7 +16,7 @@ from collections import Counter
 from rq import Worker as RQWorker
 from rq.suspension import resume, suspend
 
-from shared_state import Envelope, JobSpec, Role, Scenario, State, Task, TaskStatus
+from shared_state import Envelope, JobSpec, Role, Scenario, State, Task, TaskStatus, keys
 from workers import runtime, slots
 from workers.llm import load_scenario
 
@@ -161,6 +161,7 @@ def test_a_fan_out_yields_slots_to_another_jobs_waiting_task(state: State, start
     wait_for(lambda: len(_queued_coders(state, wide.job_id)) == 2 * SLOTS, 30, "8 coders queued")
     small = state.jobs.submit(JobSpec(goal="small", scenario=Scenario.NOOP, fanout=1))
     wait_for(lambda: _queued_coders(state, small.job_id), 30, "the small job's coder queued")
+    sent = {t.task_id: _envelope(state, t) for t in _queued_coders(state, wide.job_id)}
     start_fleet(planners=0, coders=1, reviewers=0, lease_ms=LEASE_MS, concurrency=SLOTS)
     for job in (small, wide):
         wait_for(lambda j=job: state.jobs.get(j.job_id).status == "succeeded", 90, job.goal)
@@ -180,6 +181,13 @@ def test_a_fan_out_yields_slots_to_another_jobs_waiting_task(state: State, start
     # already be on its way to a slot, between its dequeue and its claim).
     assert len(before) <= SLOTS - 1, [e.task_id for e in before]
     _each_succeeded_once(state, wide.job_id)
+    # The yield swapped envelopes on the queue: none was sent again, each task ran the one
+    # it was first sent (a re-sent envelope is a new RQ job, recorded on its task).
+    assert {t: _envelope(state, state.tasks.get(wide.job_id, t)) for t in sent} == sent
+
+
+def _envelope(state: State, task: Task) -> bytes:
+    return state.client.hget(keys.task(task.job_id, task.task_id), "envelope")
 
 
 def _queued_coders(state: State, job_id: str) -> list[Task]:

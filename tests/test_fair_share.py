@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from shared_state import Envelope, Role, State
+from shared_state.delivery import job_of
 from workers import fair_share
 from workers.fair_share import FairShare
 
@@ -17,13 +18,13 @@ from workers.fair_share import FairShare
 def looks(state: State, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the queue was looked at (a list, so a test reads it as it grows)."""
     counted = [0]
-    peek = state.delivery.waiting_jobs
+    peek = state.delivery.waiting
 
     def counting(role: Role, limit: int) -> list[str]:
         counted[0] += 1
         return peek(role, limit)
 
-    monkeypatch.setattr(state.delivery, "waiting_jobs", counting)
+    monkeypatch.setattr(state.delivery, "waiting", counting)
     return counted
 
 
@@ -80,3 +81,32 @@ def test_a_look_that_let_a_task_run_serves_again_but_a_yield_takes_a_fresh_look(
     # j-b's envelope is gone, so a fresh look lets the task run.
     _empty(state)
     assert fair2.admit("j-c") and looks[0] == 3
+
+
+def test_a_job_at_its_share_is_offered_the_envelopes_of_jobs_under_theirs_in_queue_order(
+    state: State,
+) -> None:
+    fair = FairShare(state.delivery, Role.CODER, slots=4)
+    assert fair.take("j-a") == [] and fair.take("j-a") == []  # counted: at its share now
+    for job in ("j-a", "j-b", "j-c"):
+        _waiting(state, job)
+    offered = fair.take("j-a")
+    assert [job_of(e) for e in offered] == ["j-b", "j-c"]  # not its own, in queue order
+    assert offered == [e for e in state.delivery.waiting(Role.CODER, 10) if e in offered]
+
+
+def test_a_swap_puts_the_taken_envelope_back_at_the_head_and_takes_the_other(
+    state: State,
+) -> None:
+    for job in ("j-a", "j-a", "j-b"):
+        _waiting(state, job)
+    queue = state.delivery.queues[Role.CODER]
+    taken = state.client.lmove(queue.key, queue.intermediate_queue_key).decode()  # RQ's dequeue
+    first, other = state.delivery.waiting(Role.CODER, 10)
+    assert state.delivery.swap(Role.CODER, taken, other)
+    assert state.delivery.waiting(Role.CODER, 10) == [taken, first]  # nothing sent again
+    assert state.client.lrange(queue.intermediate_queue_key, 0, -1) == [other.encode()]
+    # An envelope another slot took first is not there to swap: nothing changes.
+    assert not state.delivery.swap(Role.CODER, other, "j-c_t-1_000000")
+    assert state.delivery.waiting(Role.CODER, 10) == [taken, first]
+    assert state.client.lrange(queue.intermediate_queue_key, 0, -1) == [other.encode()]

@@ -234,12 +234,12 @@ def test_a_new_connection_names_redfleet_and_reads_no_package_metadata(
 ) -> None:
     """redis-py looks its version up in the package metadata for every connection it makes
     unless told it: a slot's pool grows while tasks run, so that lookup was per-task CPU."""
+    client = connect(redis_url)
     looked_up: list[str] = []
     real = importlib.metadata.version
     monkeypatch.setattr(
         importlib.metadata, "version", lambda name: looked_up.append(name) or real(name)
     )
-    client = connect(redis_url)
     try:
         pool = client.connection_pool
         first, second = pool.get_connection(), pool.get_connection()  # two: a new one made

@@ -48,7 +48,6 @@ import redis
 import structlog
 
 from shared_state import (
-    Envelope,
     Fenced,
     JobFinished,
     NotFound,
@@ -56,10 +55,10 @@ from shared_state import (
     Scenario,
     State,
     StateError,
-    TaskStatus,
     queue_name,
 )
 from shared_state.backoff import Failure
+from shared_state.delivery import job_of
 
 from . import roles, scenarios, slots
 from .context.tokens import tokenizer_for
@@ -80,6 +79,9 @@ _slot = threading.local()  # .lease: the Lease of the slot whose thread this is
 
 # How often the main thread looks at its slots while it waits for them to end.
 _WATCH_S = 0.5
+# Envelopes a slot tries to swap in for one of a job at its share before it runs that one
+# (each try is a round trip; one fails only when another slot took that envelope first).
+SWAP_TRIES = 3
 _UNBLOCK_EVERY_S = 1.0  # a CLIENT LIST costs Redis O(clients): not more often than this
 
 PR_SET_PDEATHSIG = 1
@@ -136,6 +138,44 @@ class WorkerRuntime:
         self._held_lock = threading.Lock()
 
     def run_task(self, job_id: str, task_id: str, lease: Lease) -> None:
+        # The slot's dequeue counted it in the fair share already (``choose``): a call from
+        # elsewhere is counted here.
+        if getattr(_slot, "counted", None) == job_id:
+            _slot.counted = None
+        else:
+            self.fair.enter(job_id)
+        try:
+            self._run_once(job_id, task_id, lease)
+        finally:
+            self.fair.leave(job_id)
+
+    def choose(self, rq_id: str) -> str:
+        """The envelope a slot runs, given the one its dequeue took: that one, or one of a
+        job under its share waiting in the queue, swapped in its place (``fair_share``);
+        counted in the fair share either way, until the task ends (``release``)."""
+        job_id = job_of(rq_id)
+        others = self.fair.take(job_id)
+        for instead in others[:SWAP_TRIES]:
+            if self.state.delivery.swap(self.role, rq_id, instead):
+                _slot.counted = job_of(instead)
+                self.fair.enter(_slot.counted)
+                log.info("delivery.yielded", job_id=job_id, to_job=_slot.counted,
+                         share=self.fair.share)  # fmt: skip
+                return instead
+        if others:  # each was taken by another slot meanwhile: no slot idles, this one runs
+            self.fair.enter(job_id)
+        _slot.counted = job_id
+        return rq_id
+
+    def release(self) -> None:
+        """The slot's envelope ended without a task run (RQ never called ``execute``): its
+        count in the fair share goes."""
+        counted = getattr(_slot, "counted", None)
+        if counted is not None:
+            _slot.counted = None
+            self.fair.leave(counted)
+
+    def _run_once(self, job_id: str, task_id: str, lease: Lease) -> None:
         key = (job_id, task_id)
         with self._held_lock:
             other = self._held.get(key)
@@ -146,29 +186,11 @@ class WorkerRuntime:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id, why="held by a slot")
             return
         try:
-            if not self.fair.admit(job_id):
-                if self._still_queued(job_id, task_id):
-                    # The task stays queued and unclaimed; its fresh envelope waits at the back.
-                    self.state.delivery.send([Envelope(job_id, task_id, self.role)])
-                    log.info("delivery.yielded", job_id=job_id, task_id=task_id,
-                             share=self.fair.share)  # fmt: skip
-                    return
-                self.fair.enter(job_id)  # claimed or ended already: the claim will tell
-            try:
-                self._run(job_id, task_id, lease)
-            finally:
-                self.fair.leave(job_id)
+            self._run(job_id, task_id, lease)
         finally:
             with self._held_lock:
                 if self._held.get(key) is lease:  # not a later slot's, running it since
                     del self._held[key]
-
-    def _still_queued(self, job_id: str, task_id: str) -> bool:
-        """Whether a task is queued, so that yielding it re-sends no finished or claimed one."""
-        try:
-            return self.state.tasks.get(job_id, task_id).status is TaskStatus.QUEUED
-        except NotFound:
-            return False
 
     def _run(self, job_id: str, task_id: str, lease: Lease) -> None:
         sent_at = time.monotonic()  # the lease runs from here at the latest
@@ -315,6 +337,7 @@ def run_worker(
                 "burst": burst,
                 "commands": i == 0,
                 "suspended": runtime.heartbeat.suspended,
+                "choice": runtime,
             },
             name=f"redfleet-slot-{i}",
             daemon=True,  # a cold stop leaves them: their leases run out
@@ -353,6 +376,7 @@ def _slot_main(
     burst: bool,
     commands: bool,
     suspended: threading.Event | None = None,
+    choice: slots.Choice | None = None,
 ) -> None:
     """One slot's thread: its RQ loop, started again if it ever breaks (the others go on)."""
     _slot.lease = lease
@@ -361,8 +385,8 @@ def _slot_main(
     try:
         while True:
             try:
-                slots.serve(name, queue_name(role), client, stop, waiting,
-                            burst=burst, commands=commands, suspended=suspended)  # fmt: skip
+                slots.serve(name, queue_name(role), client, stop, waiting, burst=burst,
+                            commands=commands, suspended=suspended, choice=choice)  # fmt: skip
                 return
             except Exception:
                 log.exception("worker.slot_crashed", worker=name)

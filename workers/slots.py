@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from typing import Protocol
 
 import redis
 import structlog
@@ -92,6 +93,16 @@ def slot_name(worker_id: str, slot: int) -> str:
     return f"{worker_id}/{slot}"
 
 
+class Choice(Protocol):
+    """Which envelope a slot runs, given the one its dequeue took (the process's fair
+    share, ``runtime.WorkerRuntime``): that one, or another swapped in its place; counted
+    as running until ``release`` after the task."""
+
+    def choose(self, rq_id: str) -> str: ...
+
+    def release(self) -> None: ...
+
+
 class SlotWorker(SimpleWorker):
     """RQ's in-process worker, run in a slot's thread.
 
@@ -112,9 +123,11 @@ class SlotWorker(SimpleWorker):
         waiting: threading.Event,
         commands: bool,
         suspended: threading.Event | None = None,
+        choice: Choice | None = None,
         **kwargs: object,
     ) -> None:
         self.stopping = stop
+        self.choice = choice
         self.suspended = suspended  # set while `rq suspend` holds (None: RQ looks each turn)
         self.waiting = waiting  # set while it waits in its dequeue: what ``unblock`` wakes
         self.commands = commands
@@ -264,7 +277,28 @@ class SlotWorker(SimpleWorker):
         finally:
             self.waiting.clear()
         self.drained = found is None  # only a burst (or an idle limit) comes back empty
-        return found
+        if found is None or self.choice is None:
+            return found
+        job, queue = found
+        chosen = self.choice.choose(job.id)
+        if chosen == job.id:
+            return found
+        swapped = Queue._fetch_dequeued_job(
+            self.connection, queue.key, chosen, job_class=self.job_class,
+            serializer=self.serializer, death_penalty_class=self.death_penalty_class,
+        )  # fmt: skip
+        if swapped is None:  # its envelope expired since it was sent: take the next one
+            self.choice.release()
+            return self.dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        swapped[0].redis_server_version = self.get_redis_server_version()  # as RQ's dequeue
+        return swapped
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            super().execute_job(job, queue)
+        finally:
+            if self.choice is not None:
+                self.choice.release()
 
     def teardown(self) -> None:
         try:
@@ -286,6 +320,7 @@ def serve(
     burst: bool,
     commands: bool,
     suspended: threading.Event | None = None,
+    choice: Choice | None = None,
 ) -> None:
     """Run one slot's RQ work loop until a stop is asked for or a burst empties the queue.
 
@@ -314,6 +349,7 @@ def serve(
                     waiting=waiting,
                     commands=commands,
                     suspended=suspended,
+                    choice=choice,
                 )
                 rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
