@@ -282,13 +282,15 @@ class Load:
 class Fleet:
     """One ``redfleet up`` for one load; its worker processes; and stopping it cleanly."""
 
-    def __init__(self, load: Load, url: str, loopback: Loopback, folder: Path, lease_ms: int):
+    def __init__(
+        self, load: Load, url: str, loopback: Loopback, folder: Path, lease_ms: int, log_level: str
+    ):
         p, c, r = load.layout
         env = {
             **os.environ,
             "REDIS_URL": url,
             "REDFLEET_HOME": str(folder / "home"),
-            "REDFLEET_LOG_LEVEL": "warning",
+            "REDFLEET_LOG_LEVEL": log_level,
             "OPENAI_API_KEY": "x",
         }
         command = [
@@ -472,7 +474,7 @@ class LoadRun:
         submitting = counted_client(self.url, "submitting")
         sampling.flushall()
         state = State(submitting)
-        fleet = Fleet(load, self.url, self.loopback, self.folder, a.lease_ms)
+        fleet = Fleet(load, self.url, self.loopback, self.folder, a.lease_ms, a.log_level)
         try:
             self._start(fleet, state, sampling)
             self._drive(fleet, state, sampling)
@@ -535,6 +537,7 @@ class LoadRun:
         sent0, trips0 = dict(Counted.sent), dict(Counted.trips)
         me0, machine0 = psutil.Process().cpu_times(), _busy_s()
         hung0, died0 = fleet.logged("fleet.worker_hung"), fleet.logged("fleet.worker_died")
+        yielded0 = fleet.logged("delivery.yielded")
 
         live: dict[str, float] = {}
         lock = threading.Lock()
@@ -615,6 +618,7 @@ class LoadRun:
         me1, machine1 = psutil.Process().cpu_times(), _busy_s()
         hung = fleet.logged("fleet.worker_hung") - hung0
         died = fleet.logged("fleet.worker_died") - died0
+        yielded = fleet.logged("delivery.yielded") - yielded0
         if stopped:
             self.doc["stopped"] = stopped
             _progress(self.console, f"  {stopped}")
@@ -710,6 +714,8 @@ class LoadRun:
                 "hung_kills": hung,
                 "worker_deaths": died,
                 "tasks_requeued": requeued,
+                # Logged at info: counted with --log-level info only (None otherwise).
+                "fair_share_yields": yielded if a.log_level == "info" else None,
                 "scripts_rerun": calls1["scripts_rerun"] - calls0["scripts_rerun"],
                 "failed_job_reasons": dict(reasons.most_common(5)),
             },
@@ -1263,6 +1269,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="jobs per load: rounds x ceil(slots / (fanout x subagents)) (default 3)",
     )
     parser.add_argument("--lease-ms", type=int, default=10_000, help="the fleets' lease")
+    parser.add_argument(
+        "--log-level",
+        choices=("warning", "info"),
+        default="warning",
+        help="the fleets' log level (info: fair-share yields are counted, at a cost)",
+    )
     parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--memory-margin-gb", type=float, default=2.0,
