@@ -187,7 +187,12 @@ class Delivery:
         dequeue moved to RQ's intermediate list, and put ``taken`` back at the head of the
         queue (``swapEnvelope``); False when ``instead`` waits no longer (nothing changed)."""
         queue = self.queues[role]
-        where = [queue.key, queue.intermediate_queue_key]
+        where = [
+            queue.key,
+            queue.intermediate_queue_key,
+            queue.intermediate_queue.get_first_seen_key(taken),
+            keys.envelope_swap(taken, instead),
+        ]
         return run_plain(self.client, "swapEnvelope", where, [taken, instead]).ok
 
     def depths(self) -> dict[str, int]:

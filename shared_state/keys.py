@@ -13,7 +13,8 @@ are never touched by the same script as a job's keys.
                                         retry waiting out its backoff)
     rf:{<job>}:retries           zset   task id -> due (ms): retries the reaper delivers then
     rf:{<job>}:events            stream the job's events (capped)
-    rf:{<job>}:budget            hash   token budget: limit, used, reserved, r:<id> reservations
+    rf:{<job>}:budget            hash   token budget: limit, used, reserved, r:<id> reservations,
+                                        sweep_at (the earliest expiry held, or earlier)
     rf:{<job>}:usage             hash   the job's model usage: calls, tokens, cost, high-water
     rf:{<job>}:usage:calls       set    ids of the model calls counted in usage (retries count once)
     rf:{<job>}:artifacts         zset   artifact id -> last stored at (ms)
@@ -31,6 +32,7 @@ are never touched by the same script as a job's keys.
     rf:events                    stream every job's events (capped)
     rf:metrics                   hash   fleet-wide counters of the mirrored events (`/metrics`)
     rf:submit:<digest>           string a tenant's idempotency key -> its job id (expires)
+    rf:swap:<rq id>:<rq id>      string a fair-share swap of two envelopes, done (a minute)
     rf:{workers}:index           zset   worker id -> last heartbeat (ms)
     rf:{workers}:<worker_id>     hash   one worker's heartbeat (expires)
 
@@ -285,6 +287,12 @@ def submit_key(tenant: str, idempotency_key: str) -> str:
     """Hashed: the client's string may have any shape; one tenant's never meets another's."""
     digest = hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:32]
     return f"{PREFIX}:submit:{digest}"
+
+
+def envelope_swap(taken: str, instead: str) -> str:
+    """A fair-share swap of two envelopes (RQ job ids), kept a minute: a re-sent swap's
+    answer."""
+    return f"{PREFIX}:swap:{taken}:{instead}"
 
 
 def worker(worker_id: str) -> str:

@@ -12,6 +12,7 @@ from shared_state import Envelope, Role, State
 from shared_state.delivery import job_of
 from workers import fair_share
 from workers.fair_share import FairShare
+from workers.runtime import WorkerRuntime
 
 
 @pytest.fixture
@@ -110,3 +111,28 @@ def test_a_swap_puts_the_taken_envelope_back_at_the_head_and_takes_the_other(
     assert not state.delivery.swap(Role.CODER, other, "j-c_t-1_000000")
     assert state.delivery.waiting(Role.CODER, 10) == [taken, first]
     assert state.client.lrange(queue.intermediate_queue_key, 0, -1) == [other.encode()]
+
+
+def test_a_slot_counts_the_envelope_it_runs_and_gives_the_count_back(state: State) -> None:
+    runtime = WorkerRuntime(
+        state, role=Role.CODER, lease_ms=10_000, worker_id="coder-test", concurrency=4
+    )
+    for job in ("j-a", "j-a", "j-b"):
+        _waiting(state, job)
+    queue = state.delivery.queues[Role.CODER]
+    runtime.fair.enter("j-a")
+    runtime.fair.enter("j-a")  # two slots run j-a: its share
+    taken = state.client.lmove(queue.key, queue.intermediate_queue_key).decode()  # RQ's dequeue
+    chosen = runtime.choose(taken)
+    assert job_of(chosen) == "j-b"  # swapped in: j-a's envelope waits at the head again
+    assert state.delivery.waiting(Role.CODER, 10)[0] == taken
+    assert dict(runtime.fair._running) == {"j-a": 2, "j-b": 1}
+    runtime.release()  # RQ never ran it (or its dequeue broke off): the count goes
+    assert dict(runtime.fair._running) == {"j-a": 2}
+    # Under its share a job's envelope runs as taken, counted once.
+    runtime.fair.leave("j-a")
+    again = state.client.lmove(queue.key, queue.intermediate_queue_key).decode()
+    assert runtime.choose(again) == again
+    assert dict(runtime.fair._running) == {"j-a": 2}
+    runtime.release()
+    assert dict(runtime.fair._running) == {"j-a": 1}

@@ -35,7 +35,7 @@ from shared_state import jobs as jobs_module
 from shared_state.budget import TokenBudget
 from shared_state.client import ClientOptions
 from shared_state.jobs import SUBMIT_DEADLINE_MS
-from shared_state.scripts import SCRIPTS
+from shared_state.scripts import SCRIPTS, load
 from workers.heartbeat import Heartbeat
 
 from .conftest import events_named, wait_for
@@ -154,6 +154,16 @@ def test_lost_budget_and_usage_replies_count_once(
     assert len(events_named(state, job.job_id, "model.called")) == 1
 
 
+def _sweep_at(state: State, job_id: str) -> int:
+    return int(state.client.hget(keys.budget(job_id), "sweep_at"))
+
+
+def _expiries(state: State, job_id: str) -> dict[int, int]:
+    """Tokens -> expiry (ms) of each reservation held."""
+    held = state.client.hgetall(keys.budget(job_id))
+    return {int(v.split()[0]): int(v.split()[1]) for f, v in held.items() if f.startswith(b"r:")}
+
+
 def _reserved_now(budget: TokenBudget) -> int:
     """Tokens the job's budget holds, as a reservation sees them (a probe, given back)."""
     probe = budget.reserve(1)
@@ -190,10 +200,13 @@ def test_expiry_is_looked_for_by_the_earliest_reservation_held(
     budget = state.budget(job.job_id)
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
     budget.reserve(100)  # held an hour
+    assert _sweep_at(state, job.job_id) == _expiries(state, job.job_id)[100]
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 300)
     budget.reserve(200)  # held 300 ms, reserved after the longer one
+    assert _sweep_at(state, job.job_id) == _expiries(state, job.job_id)[200]
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_000)
-    budget.reserve(400)  # held 3 s
+    budget.reserve(400)  # held 3 s: the next look stays at the 200's expiry
+    assert _sweep_at(state, job.job_id) == _expiries(state, job.job_id)[200]
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
     wait_for(lambda: _reserved_now(budget) == 500, timeout=10, what="the 200 dropped")
     # The look that dropped the 200 set the next one at the 400's expiry, not later.
@@ -340,3 +353,19 @@ def test_usage_recorded_after_its_job_was_retired_expires_with_it(state: State) 
     state.client.delete(keys.job(gone.job_id))
     state.usage(gone.job_id).record(**record)
     assert not state.client.exists(keys.usage(gone.job_id), keys.usage_calls(gone.job_id))
+
+
+def test_a_swap_resent_after_a_lost_reply_is_answered_as_done(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    for job in ("j-a", "j-b"):
+        state.delivery.send([Envelope(job, "t-1", Role.CODER)])
+    queue = state.delivery.queues[Role.CODER]
+    taken = state.client.lmove(queue.key, queue.intermediate_queue_key).decode()  # RQ's dequeue
+    (instead,) = state.delivery.waiting(Role.CODER, 10)
+    load(state.client, "swapEnvelope")  # so that the reply lost is the swap's, not NOSCRIPT
+    lose_reply_to(proxy, "swapEnvelope")
+    assert remote.delivery.swap(Role.CODER, taken, instead)  # the re-send: done, not gone
+    assert proxy.dropped == 1
+    assert state.delivery.waiting(Role.CODER, 10) == [taken]  # given back once
+    assert state.client.lrange(queue.intermediate_queue_key, 0, -1) == [instead.encode()]

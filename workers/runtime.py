@@ -153,14 +153,15 @@ class WorkerRuntime:
         """The envelope a slot runs, given the one its dequeue took: that one, or one of a
         job under its share waiting in the queue, swapped in its place (``fair_share``);
         counted in the fair share either way, until the task ends (``release``)."""
+        self.release()  # a count an earlier envelope left (never so, unless RQ broke off)
         job_id = job_of(rq_id)
         others = self.fair.take(job_id)
         for instead in others[:SWAP_TRIES]:
             if self.state.delivery.swap(self.role, rq_id, instead):
                 _slot.counted = job_of(instead)
                 self.fair.enter(_slot.counted)
-                log.info("delivery.yielded", job_id=job_id, to_job=_slot.counted,
-                         share=self.fair.share)  # fmt: skip
+                log.info("delivery.yielded", job_id=job_id, envelope=rq_id, to_job=_slot.counted,
+                         instead=instead, share=self.fair.share)  # fmt: skip
                 return instead
         if others:  # each was taken by another slot meanwhile: no slot idles, this one runs
             self.fair.enter(job_id)
@@ -168,8 +169,8 @@ class WorkerRuntime:
         return rq_id
 
     def release(self) -> None:
-        """The slot's envelope ended without a task run (RQ never called ``execute``): its
-        count in the fair share goes."""
+        """The slot's envelope ended without a task run (RQ never called ``execute``, or
+        its dequeue broke off after ``choose``): its count in the fair share goes."""
         counted = getattr(_slot, "counted", None)
         if counted is not None:
             _slot.counted = None

@@ -283,14 +283,19 @@ class SlotWorker(SimpleWorker):
         chosen = self.choice.choose(job.id)
         if chosen == job.id:
             return found
-        swapped = Queue._fetch_dequeued_job(
-            self.connection, queue.key, chosen, job_class=self.job_class,
-            serializer=self.serializer, death_penalty_class=self.death_penalty_class,
-        )  # fmt: skip
+        try:
+            swapped = Queue._fetch_dequeued_job(
+                self.connection, queue.key, chosen, job_class=self.job_class,
+                serializer=self.serializer, death_penalty_class=self.death_penalty_class,
+            )  # fmt: skip
+            if swapped is not None:
+                swapped[0].redis_server_version = self.get_redis_server_version()  # as RQ's
+        except BaseException:  # no task will run for the count ``choose`` took
+            self.choice.release()
+            raise
         if swapped is None:  # its envelope expired since it was sent: take the next one
             self.choice.release()
             return self.dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-        swapped[0].redis_server_version = self.get_redis_server_version()  # as RQ's dequeue
         return swapped
 
     def execute_job(self, job: Job, queue: Queue) -> None:
