@@ -357,7 +357,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "spawnChildren": (*_TASK, "journal"),
     "storeArtifact": ("artifact", "artifacts", "job"),
     "submitJob": ("job", "root", "budget", "tasks", "queued", "job_events"),
-    "swapEnvelope": (),  # its keys are RQ's: the role's queue and its intermediate list
+    "swapEnvelope": (),  # RQ's queue, its intermediate list and mark there; the swap's record
 }
 
 

@@ -43,10 +43,6 @@ class FairShare:
         self._peeked: list[str] | None = None  # the last look at the queue, and when
         self._peeked_at = 0.0
 
-    def admit(self, job_id: str) -> bool:
-        """Count a slot as running ``job_id`` (True), or say it should yield (False)."""
-        return not self.take(job_id)
-
     def take(self, job_id: str) -> list[str]:
         """Count a slot as running ``job_id`` (and return nothing), or return the envelopes
         it should yield to: those of other jobs under their share, waiting in the queue,
