@@ -204,8 +204,9 @@ def test_expiry_is_looked_for_by_the_earliest_reservation_held(
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 300)
     budget.reserve(200)  # held 300 ms, reserved after the longer one
     assert _sweep_at(state, job.job_id) == _expiries(state, job.job_id)[200]
-    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_000)
-    budget.reserve(400)  # held 3 s: the next look stays at the 200's expiry
+    monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 5_000)
+    budget.reserve(400)  # held 5 s (a window a loaded machine's polls still see): the next
+    # look stays at the 200's expiry
     assert _sweep_at(state, job.job_id) == _expiries(state, job.job_id)[200]
     monkeypatch.setattr(budget_module, "RESERVATION_TTL_MS", 3_600_000)
     wait_for(lambda: _reserved_now(budget) == 500, timeout=10, what="the 200 dropped")
