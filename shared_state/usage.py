@@ -49,8 +49,9 @@ class JobUsage:
         cost_usd: float,
         compaction: bool = False,
         event: dict[str, str | int] | None = None,
-    ) -> Usage:
-        """Count one model call (once, however often the reply is lost and the call re-sent).
+    ) -> bool:
+        """Count one model call (once, however often the reply is lost and the call re-sent);
+        False if it was counted already (or its job is gone).
 
         ``event`` holds the fields of the call's ``model.called`` event (task,
         worker, step, provider, model, kind), written in the same atomic step.
@@ -60,7 +61,7 @@ class JobUsage:
         args += [int(compaction), *(x for pair in (event or {}).items() for x in pair)]
         where = keys.script_keys("recordUsage", self.job_id)
         res = self.runner.run("recordUsage", self.job_id, where, args)
-        return Usage.from_hash(res.data["usage"])
+        return bool(res.data["counted"])
 
     def get(self) -> Usage:
         raw = self.runner.client.hgetall(self.key)

@@ -24,9 +24,9 @@
           provider, model, kind), after which the token counts and the cost are added
 
   Returns {code, data, events}
-     1  data = usage (the job's totals after this call, as a hash), counted
-        (1 if this call counted it, 0 if it had been counted already or its
-        job is gone)
+     1  data = counted (1 if this call counted it, 0 if it had been counted
+        already or its job is gone); the totals are not returned (HGETALL
+        on every call for a reply nobody reads: ``JobUsage.get`` reads them)
     error  a key in KEYS belongs to another job
 
   Events: model.called (once per call id).
@@ -37,9 +37,9 @@ local wrong = sameJob()
 if wrong then return wrong end
 local key = KEYS[1]
 local jobTtl = redis.call('PTTL', KEYS[3])
-if jobTtl == -2 then return reply(1, {usage = {}, counted = false}) end
+if jobTtl == -2 then return reply(1, {counted = false}) end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
-  return reply(1, {usage = redis.call('HGETALL', key), counted = false})
+  return reply(1, {counted = false})
 end
 local input = tonumber(ARGV[2])
 redis.call('HINCRBY', key, 'calls', 1)
@@ -63,4 +63,4 @@ if jobTtl > 0 then
   redis.call('PEXPIRE', KEYS[1], jobTtl)
   redis.call('PEXPIRE', KEYS[2], jobTtl)
 end
-return reply(1, {usage = redis.call('HGETALL', key), counted = true})
+return reply(1, {counted = true})
