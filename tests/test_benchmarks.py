@@ -152,3 +152,16 @@ def test_failover_quick_run_loses_nothing_with_replicated_acks() -> None:
         assert replicated[what] == 0, (what, replicated)
     assert replicated["workers_started"] == 4  # no worker died of a failover
     assert replicated["cost"]["waits_per_task"] > 0 == default["cost"]["waits_per_task"]
+
+
+def test_rq_settings_tiny_run_counts_each_row_and_the_fleets_envelope_costs_least() -> None:
+    proc = run_benchmark("rq_settings.py", "--jobs", "20", "--repeat", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["row"]: r for r in json.loads(proc.stdout)["rows"]}
+    defaults, fleet = rows["rq defaults"], rows["+ start, end batched"]
+    # Counted by the server: RQ's path costs the same in the slot's class (a turn of RQ's
+    # loop may heartbeat now and then: within a command an envelope).
+    assert abs(defaults["commands"] - rows["slot, RQ's own paths"]["commands"]) < 1
+    assert rows["result_ttl=0"]["commands"] > defaults["commands"]  # the delete's walk
+    assert fleet["worker_round_trips"] < defaults["worker_round_trips"]
+    assert min(r["commands"] for r in rows.values()) == fleet["commands"]

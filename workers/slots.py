@@ -39,13 +39,14 @@ from redis.client import Pipeline
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
 from rq.executions import Execution
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.rate_limit import release_slot
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now as rq_now
+from rq.utils import utcformat
 from rq.worker import WorkerStatus
 
 from shared_state.client import ClientOptions, sibling
@@ -184,13 +185,22 @@ class SlotWorker(SimpleWorker):
 
     # One envelope's bookkeeping, in two round trips where RQ takes seven: its
     # writes as a job starts (the execution record, "busy", the job's status) go in
-    # one pipeline, and its writes as a job ends (the result, the counters, the
-    # execution's removal, "idle") in one MULTI. What is left out: the job's own
-    # heartbeat as it ends, which keeps a job listed as started while its callbacks
-    # run (envelopes have none), and the WATCH on the job's dependents that guards
-    # moving them to ready (nothing depends on an envelope: nothing but
-    # ``Delivery.send`` enqueues on a role queue, and it sets no ``depends_on``).
-    # A job with callbacks or repeats takes RQ's own path.
+    # one pipeline, and its writes as a job ends (its status, the counters, the
+    # execution's removal, "idle") in one MULTI. What is left out, because an
+    # envelope has no use for it:
+    # - the job's own heartbeat as it starts (an HSET of ``last_heartbeat``, which
+    #   the job's status write repeats) and as it ends (it keeps a job listed as
+    #   started while its callbacks run: envelopes have none);
+    # - its result: RQ stores the return value in a stream of its own and writes the
+    #   whole job hash again, where an envelope returns None (the task's outcome is
+    #   the task's own) and only its status and end changed;
+    # - the expiry of its dependents and dependencies, and the WATCH that guards
+    #   moving dependents to ready: nothing depends on an envelope (nothing but
+    #   ``Delivery.send`` enqueues on a role queue, and it sets no ``depends_on``).
+    # `rq info` and RQ's registries see it as any finished job: status, end, the
+    # finished registry, the expiry. A job with callbacks or repeats, or one whose
+    # result is not kept for a while (``result_ttl`` 0 or -1), takes RQ's own path.
+    # ``benchmarks/rq_settings.py`` measures each of these against RQ's own.
 
     def prepare_execution(self, job: Job) -> Execution:
         pipe = self.connection.pipeline()
@@ -208,9 +218,7 @@ class SlotWorker(SimpleWorker):
             super().prepare_job_execution(job, remove_from_intermediate_queue)
             return
         with pipe:
-            ttl = self.get_heartbeat_ttl(job)
-            self.heartbeat(ttl, pipeline=pipe)
-            job.heartbeat(rq_now(), ttl, pipeline=pipe)
+            self.heartbeat(self.get_heartbeat_ttl(job), pipeline=pipe)
             job.prepare_for_execution(self.name, pipeline=pipe)
             pipe.persist(job.key)
             if remove_from_intermediate_queue:
@@ -232,24 +240,18 @@ class SlotWorker(SimpleWorker):
         started_job_registry: StartedJobRegistry,
         execution: Execution,
     ) -> None:
-        if not _plain(job) or job.repeats_left:
+        result_ttl = job.get_result_ttl(self.default_result_ttl)
+        if not _plain(job) or job.repeats_left or result_ttl <= 0:
             super().handle_job_success(job, queue, started_job_registry, execution)
             return
         assert job.started_at is not None and job.ended_at is not None
         with self.connection.pipeline() as pipe:
             self.increment_successful_job_count(pipeline=pipe)
             self.increment_total_working_time(job.ended_at - job.started_at, pipe)
-            result_ttl = job.get_result_ttl(self.default_result_ttl)
-            if result_ttl != 0:
-                job._handle_success(
-                    result_ttl,
-                    pipeline=pipe,
-                    worker_name=self.name,
-                    execution_id=execution.id,
-                    execution_started_at=execution.created_at,
-                    execution_ended_at=job.ended_at,
-                )
-            job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+            job._status = JobStatus.FINISHED
+            pipe.hset(job.key, mapping={"status": job._status, "ended_at": utcformat(job.ended_at)})
+            job.finished_job_registry.add(job, result_ttl, pipe)
+            pipe.expire(job.key, result_ttl)
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()

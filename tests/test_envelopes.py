@@ -1,0 +1,57 @@
+"""An envelope as RQ's own tools see it once a slot has run it.
+
+A slot writes less than RQ's worker does as a job starts and ends (no result
+stream, no second job heartbeat, no dependents' expiries: ``slots``), and
+`rq info`, rq-dashboard and RQ's registries must still see every envelope
+as any finished RQ job: its status and times, the finished registry, its
+expiry, the slot's counts.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from rq import Worker as RQWorker
+from rq.job import Job as RQJob
+from rq.job import JobStatus
+from rq.serializers import JSONSerializer
+
+from shared_state import JobSpec, Role, Scenario, State, keys
+from shared_state.delivery import RESULT_TTL_S
+from workers import runtime
+
+
+def test_a_finished_envelope_is_finished_in_rqs_records_without_a_result(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    envelope = state.client.hget(keys.task(job.job_id, job.root_task), "envelope").decode()
+    rt = runtime.WorkerRuntime(state, role=Role.PLANNER, lease_ms=60_000, worker_id="planner-rq")
+    monkeypatch.setattr(runtime, "_runtime", rt)
+    slot = "planner-rq/0"
+    runtime._slot_main(
+        state, rt.heartbeat.leases[0], slot, Role.PLANNER, threading.Event(),
+        waiting=threading.Event(), burst=True, commands=False,
+    )  # fmt: skip
+    # The task ran (its claim is the one RQ's delivery led to).
+    assert state.tasks.get(job.job_id, job.root_task).attempt == 1
+
+    queue = state.delivery.queues[Role.PLANNER]
+    ran = RQJob.fetch(envelope, connection=state.client, serializer=JSONSerializer)
+    assert ran.get_status() == JobStatus.FINISHED
+    assert ran.started_at is not None and ran.ended_at is not None
+    assert ran.started_at <= ran.ended_at
+    assert ran.worker_name == slot
+    assert envelope in queue.finished_job_registry.get_job_ids()
+    assert envelope not in queue.started_job_registry.get_job_ids()
+    assert not queue.get_job_ids()  # taken off the queue, and not put back
+    assert 0 < state.client.ttl(ran.key) <= RESULT_TTL_S
+    # No result kept: an envelope returns None, which is what RQ answers without one.
+    assert not state.client.exists(f"rq:results:{envelope}")
+    assert ran.return_value() is None
+    # The slot's own record, as `rq info` and rq-dashboard show it.
+    worker = RQWorker.find_by_key(f"rq:worker:{slot}", connection=state.client)
+    assert worker is not None
+    assert worker.successful_job_count == 1
+    assert worker.total_working_time > 0
