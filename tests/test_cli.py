@@ -258,3 +258,38 @@ def test_a_busy_metrics_port_is_named(state: State, redis_url) -> None:
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("redfleet: error: --metrics-port")
     assert f"127.0.0.1:{port}" in error and "in use" in error
+
+
+_THREADS_NUMPY_ADDS = """
+import sys
+def threads():
+    return int(open("/proc/self/status").read().split("Threads:")[1].split()[0])
+def numpy_threads(*_, **__):
+    before = threads()
+    import numpy  # noqa: F401  (OpenBLAS starts its threads as it loads)
+    print(threads() - before)
+if sys.argv[1:] == ["worker"]:
+    import coordinator.cli, workers
+    workers.run_worker = numpy_threads  # what the command runs once its process is set up
+    coordinator.cli.app(["worker", "--role", "coder", "--burst"])
+else:
+    numpy_threads()
+"""
+
+
+def test_a_worker_process_runs_numpy_on_one_blas_thread(redis_url) -> None:
+    """Its slots are its parallelism: BLAS threads on top only spin (and cost CPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["REDIS_URL"] = redis_url
+
+    def added(*args: str) -> int:
+        proc = subprocess.run(
+            [sys.executable, "-c", _THREADS_NUMPY_ADDS, *args],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stdout.split()[-1])
+
+    if added() == 0:
+        pytest.skip("numpy starts no BLAS threads here (one core): nothing to hold to one")
+    assert added("worker") == 0
