@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pydantic
 import pytest
 
@@ -156,3 +158,19 @@ def test_every_step_records_latency_tool_result_bytes_and_state_bytes_in_its_eve
     sizes = [c.state_bytes for c in ledger.calls]
     assert [int(e.state_bytes) for e in events] == sizes
     assert [getattr(e, "tool", "") for e in events] == ["add", ""]  # empty fields are not kept
+
+
+def test_a_tools_spec_and_its_schema_text_are_made_once_for_every_run() -> None:
+    """Every run builds its tools again: the spec (the argument model's JSON schema) and
+    the text the tools slot holds are the first run's, not made again for each call."""
+
+    def fresh() -> Tool:  # as a run makes it: a new function each time
+        return Tool("add", "Add two integers.", AddArgs, lambda ctx, a: ToolResult(content=""))
+
+    first, second = fresh().spec, fresh().spec
+    assert first is second
+    assert first.schema_text is first.schema_text  # the same string, not an equal one
+    assert json.loads(first.schema_text)["parameters"] == AddArgs.model_json_schema()
+    other = Tool("add", "Add two integers.", AddArgs, lambda ctx, a: ToolResult(content=""),
+                 phases=("build",)).spec  # fmt: skip
+    assert other is not first and other.phases == {"build"}

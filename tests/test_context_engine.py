@@ -80,7 +80,7 @@ def test_tools_are_those_of_the_current_phase_and_pruned_to_fit() -> None:
         "read",
         "fetch",
     ]
-    one_tool = slot(TOK.count(tools[1].schema_text()) + 10, Overflow.PRUNE_TOOLS)
+    one_tool = slot(TOK.count(tools[1].schema_text) + 10, Overflow.PRUNE_TOOLS)
     small = budgets(slots={**DEFAULT_BUDGETS.slots, Slot.TOOLS: one_tool})
     prompt = ContextEngine(MemoryArtifacts(), budgets=small).build(
         request(tools=tools, state=state)

@@ -159,7 +159,7 @@ def test_the_tools_slot_bytes_are_the_same_before_and_after_a_note_in_one_phase(
         state, note(**FACT), note(kind="decision", text="one coder per module"), {"text": "done"}
     )
     assert outcome.ok and len(script.sent) == 3
-    slots = [[t.schema_text() for t in tools] for _, tools in script.sent]
+    slots = [[t.schema_text for t in tools] for _, tools in script.sent]
     assert slots[0] == slots[1] == slots[2] and "note" in slots[0][-1]
 
 

@@ -32,6 +32,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from shared_state import ArtifactRef, ArtifactSink, Trust
@@ -68,7 +69,10 @@ class ToolSpec:
     phases: frozenset[str] = frozenset()
     keeps_arguments: bool = True
 
+    @cached_property
     def schema_text(self) -> str:
+        """The tool as the tools slot holds it, made once: a ``Tool``'s spec is shared by every
+        run that offers it (``tools.tool``), and every call of a run counts and sends it."""
         return json.dumps(
             {"name": self.name, "description": self.description, "parameters": self.parameters},
             sort_keys=True,
@@ -228,9 +232,7 @@ class ContextEngine:
         actions: list[str] = []
         blocks = [self._system(request.system)]
         tools = self._tools(request, actions)
-        blocks += [
-            Block(Slot.TOOLS, t.schema_text(), self.tok.count(t.schema_text())) for t in tools
-        ]
+        blocks += [Block(Slot.TOOLS, t.schema_text, self.tok.count(t.schema_text)) for t in tools]
         if request.reference:
             blocks.append(self._reference(request.reference, actions))
         retrieved = self._retrieved(request.retrieved, actions) if request.retrieved else []
@@ -290,7 +292,7 @@ class ContextEngine:
         budget = self.budgets.slots[Slot.TOOLS]
         phase = request.state.phase
         tools = [t for t in request.tools if not t.phases or phase in t.phases]
-        tokens = sum(self.tok.count(t.schema_text()) for t in tools)
+        tokens = sum(self.tok.count(t.schema_text) for t in tools)
         if tokens <= budget.tokens:
             return tools
         if budget.overflow is Overflow.FAIL:
@@ -298,7 +300,7 @@ class ContextEngine:
         ranked = sorted(tools, key=lambda t: not t.phases)  # stable: phase tools first
         kept, used = [], 0
         for tool in ranked:
-            cost = self.tok.count(tool.schema_text())
+            cost = self.tok.count(tool.schema_text)
             if used + cost <= budget.tokens:
                 kept.append(tool)
                 used += cost

@@ -40,7 +40,7 @@ def _blocks(
     tok: Tokenizer, system: str, tools: Sequence[ToolSpec], context: Sequence[str], history
 ) -> list[Block]:
     blocks = [Block(Slot.SYSTEM, system, tok.count(system))]
-    blocks += [Block(Slot.TOOLS, t.schema_text(), tok.count(t.schema_text())) for t in tools]
+    blocks += [Block(Slot.TOOLS, t.schema_text, tok.count(t.schema_text)) for t in tools]
     blocks += [Block(Slot.STATE, c, tok.count(c)) for c in context if c]
     blocks += [
         Block(Slot.RESULTS if m.is_tool_result else Slot.TAIL, m.text(), tok.count_message(m))

@@ -164,7 +164,7 @@ class ScriptedProvider:
         )
         self.step += 1
         reply = Message(role="assistant", content=planned.text, tool_calls=calls)
-        schemas = [t.schema_text() for t in tools]
+        schemas = [t.schema_text for t in tools]
         sent = self.tok.count_messages(list(messages)) + sum(map(self.tok.count, schemas))
         cached = self._cached(schemas, list(messages))
         return ModelResponse(

@@ -14,7 +14,7 @@ result marked ``error`` for the model to act on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -60,12 +60,18 @@ class ToolResult(BaseModel):
         )
 
 
-@cache
-def _schema(arguments: type[BaseModel]) -> dict[str, Any]:
-    """An argument model's JSON schema, made once per process (every run builds its tools
-    again, and pydantic's schema generation is most of what that costs). Shared by every
-    spec made from the model: read, never changed."""
-    return arguments.model_json_schema()
+@lru_cache(maxsize=1024)  # tools are defined in code: a bounded set, bounded anyway
+def _spec(
+    name: str,
+    description: str,
+    arguments: type[BaseModel],
+    phases: frozenset[str],
+    keeps_arguments: bool,
+) -> ToolSpec:
+    """A tool's spec, made once per process: every run builds its tools again, and the
+    argument model's JSON schema (pydantic's generation) and its text are most of what that
+    costs. Shared by every run that offers the tool: frozen, its schema read, never changed."""
+    return ToolSpec(name, description, arguments.model_json_schema(), phases, keeps_arguments)
 
 
 class Tool:
@@ -85,9 +91,7 @@ class Tool:
         self.arguments = arguments
         self.function = function
         # Made once: the tools slot is the same bytes in every call of a phase.
-        self.spec = ToolSpec(
-            name, description, _schema(arguments), frozenset(phases), keeps_arguments
-        )
+        self.spec = _spec(name, description, arguments, frozenset(phases), keeps_arguments)
 
     def run(self, context: RunContext, call: ToolCall) -> ToolResult:
         """The call's result; a refusal of its input is a result marked ``error``."""
