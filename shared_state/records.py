@@ -67,6 +67,17 @@ class Opening(BaseModel):
     also: tuple[Any, ...] = ()  # the replies to the reads ``also`` queued, in order
 
 
+def _of_task(journal: dict[bytes, bytes], task_id: str) -> dict[str, JournalEntry]:
+    """The entries of one task from the job's whole journal (HGETALL), by key. Only its own
+    are parsed: a key starts with its task's id (``task:target:stage``), and the journal
+    grows with the job, so parsing every entry made each run O(the job's tasks)."""
+    prefix = f"{task_id}:".encode()
+    entries = (
+        JournalEntry.model_validate_json(v) for k, v in journal.items() if k.startswith(prefix)
+    )
+    return {e.key: e for e in entries if e.task_id == task_id}
+
+
 class Records:
     """The journal, checkpoints, workspace and progress of one job."""
 
@@ -82,7 +93,7 @@ class Records:
 
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
         """A task's journal entries by key, in no particular order."""
-        return {e.key: e for e in self.entries() if e.task_id == task_id}
+        return _of_task(self.client.hgetall(keys.journal(self.job_id)), task_id)
 
     def opening(
         self,
@@ -108,13 +119,12 @@ class Records:
         replies = pipe.execute()
         saved, journal, *rest = replies[extra:]
         document = rest.pop(0) if document_key else None
-        entries = [JournalEntry.model_validate_json(v) for v in journal.values()]
         text = None
         if rest and rest[0][0] is not None and rest[0][1] is None:
             text = rest[0][0].decode()
         return Opening(
             checkpoint=saved.decode() if saved is not None else None,
-            journal={e.key: e for e in entries if e.task_id == task_id},
+            journal=_of_task(journal, task_id),
             input=text,
             document=document.decode() if document is not None else None,
             also=tuple(replies[:extra]),
@@ -158,6 +168,9 @@ class Records:
         if any changed since, RecordChanged is raised and nothing is written.
         ``ride``: with this thread's next write, not in a round trip of its own.
         """
+        for e in journal:  # a run reads its own entries by their keys' prefix (``_of_task``)
+            if e.task_id != claim.task_id or not e.key.startswith(f"{claim.task_id}:"):
+                raise ValueError(f"journal entry {e.key!r} is not one of task {claim.task_id}")
         writes = [(keys.journal(self.job_id), e.key, e.model_dump_json()) for e in journal]
         if checkpoint is not None:
             writes.append((keys.checkpoints(self.job_id), claim.task_id, checkpoint))

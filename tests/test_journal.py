@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared_state import EffectStatus, JobSpec, JournalEntry, Role, State
+from shared_state import EffectStatus, JobSpec, JournalEntry, Role, State, keys
 from workers.errors import Blocked, ToolRefused
 from workers.heartbeat import Heartbeat
 from workers.journal import Journal
@@ -122,3 +122,24 @@ def test_a_spawn_already_made_in_this_stage_is_refused_not_skipped(state: State)
     with pytest.raises(ToolRefused, match="already done: spawned 3"):
         journal(run, spawn).perform("spawn", "review", {"n": 3}, lambda: {"n": 3})
     assert spawn.effects == []
+
+
+def test_a_run_parses_only_its_own_entries_of_the_jobs_journal(state: State) -> None:
+    """The journal is one hash for the whole job: a run takes its task's entries by their
+    keys' prefix, never parsing the others (it would cost every run O(the job's tasks))."""
+    run, bump = claimed(state), Bump()
+    journal(run, bump).perform("bump", "counter", {"n": 1}, lambda: {"n": 1})
+    records = state.records(run.job.job_id)
+    (mine,) = records.journal(run.task.task_id)
+    task = run.task.task_id
+    lookalike = JournalEntry(key=f"{task}x:bump counter#0:start", task_id=f"{task}x",
+                             tool="bump", status=EffectStatus.DONE)  # fmt: skip
+    state.client.hset(
+        keys.journal(run.job.job_id),
+        mapping={lookalike.key: lookalike.model_dump_json(), "c-9:bump x#1:start": "not JSON"},
+    )
+    assert list(records.journal(task)) == [mine]
+    assert list(records.opening(task).journal) == [mine]
+    # Its key is its task's, or it is not written: the prefix is what a run reads by.
+    with pytest.raises(ValueError, match="is not one of task"):
+        records.write(run.claim, journal=[lookalike])
