@@ -24,13 +24,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pathspec
 import redis
 
 from shared_state.workspace import FileEntry, Trees
 
 from .errors import CoordinatorError
+
+if TYPE_CHECKING:
+    import pathspec
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
@@ -136,6 +139,8 @@ def import_workspace(
 
 
 def _filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Callable[[str], bool]:
+    import pathspec  # here: the CLI's settings import this module, and only an import needs it
+
     inc = pathspec.GitIgnoreSpec.from_lines(include) if include else None
     exc = pathspec.GitIgnoreSpec.from_lines(exclude) if exclude else None
     return lambda path: (
@@ -252,6 +257,8 @@ def _git_listing(root: Path) -> list[str] | None:
 
 
 def _pathspec_listing(root: Path, skipped: list[str]) -> Iterator[str]:
+    import pathspec
+
     specs: list[tuple[str, pathspec.GitIgnoreSpec]] = []  # (folder prefix, its rules)
     for folder, dirs, names in os.walk(root, followlinks=False):
         rel = os.path.relpath(folder, root)
