@@ -72,8 +72,8 @@ def noop() -> None:
 class Row:
     name: str
     holds: str  # what the change gives up, or why it is safe
+    worker: Callable[[redis.Redis, Queue], BaseWorker]
     enqueue: dict[str, Any] = field(default_factory=dict)
-    worker: Callable[[redis.Redis, Queue], BaseWorker] | None = None
     builds_on: bool = True  # measured against the row before it
 
 
@@ -123,55 +123,55 @@ FLEET_ENQUEUE = {
     "description": "redfleet coder task t-1",
 }
 ROWS = (
-    Row("rq defaults", "RQ as a user runs it", worker=_simple),
+    Row("rq defaults", "RQ as a user runs it", _simple),
     Row(
         "result_ttl=0",
         "not kept: `rq info` never shows it finished; RQ deletes it, walking every registry",
-        {"result_ttl": 0},
         _simple,
+        {"result_ttl": 0},
         builds_on=False,
     ),
     Row(
         "result_ttl=10",
         "kept 10 s for `rq info`, then expires; the outcome is in the task's own hash",
-        {"result_ttl": RESULT_TTL_S},
         _simple,
+        {"result_ttl": RESULT_TTL_S},
     ),
     Row(
         "+ the fleet's enqueue",
         "no SIGALRM (a slot thread cannot arm it): the lease decides when work is lost",
-        FLEET_ENQUEUE,
         _simple,
+        FLEET_ENQUEUE,
     ),
     Row(
         "slot, RQ's own paths",
         "the fleet's class with its changes undone (a check: as the row above)",
-        FLEET_ENQUEUE,
         _slot(_RQPaths, tick=False),
+        FLEET_ENQUEUE,
     ),
     Row(
         "+ heartbeat throttled",
         "every turn of the loop heartbeats anyway; the key lives worker_ttl + 60 s",
-        FLEET_ENQUEUE,
         _slot(_Throttled, tick=False),
+        FLEET_ENQUEUE,
     ),
     Row(
         "+ state written once",
         "none: the value written twice was the same",
-        FLEET_ENQUEUE,
         _slot(_StateOnce, tick=False),
+        FLEET_ENQUEUE,
     ),
     Row(
         "+ suspension by tick",
         "`rq suspend` seen within a heartbeat tick, not at the slot's next turn",
-        FLEET_ENQUEUE,
         _slot(_StateOnce, tick=True),
+        FLEET_ENQUEUE,
     ),
     Row(
         "+ start, end batched",
         "envelopes return None and have no callbacks or dependents: nothing they need",
-        FLEET_ENQUEUE,
         _slot(slots.SlotWorker, tick=True),
+        FLEET_ENQUEUE,
     ),
 )
 
@@ -199,11 +199,10 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
 
 def run_once(client: redis.Redis, row: Row, jobs: int) -> dict[str, dict[str, float]]:
     """One row with ``jobs`` jobs: the enqueue's and the worker's costs (totals)."""
-    assert row.worker is not None
     client.flushall()
     counters = Counters(client)
     queue = Queue(QUEUE, connection=client, serializer=JSONSerializer)
-    t0, c0 = time.thread_time(), counters.take()
+    c0 = counters.take()
     for _ in range(jobs):
         queue.enqueue_call(NOOP, **row.enqueue)
     t1, c1 = time.thread_time(), counters.take()
@@ -214,7 +213,7 @@ def run_once(client: redis.Redis, row: Row, jobs: int) -> dict[str, dict[str, fl
     if ran != jobs:
         raise RuntimeError(f"{row.name}: {ran} of {jobs} jobs ran")
     return {
-        "enqueue": {**_delta(c1, c0), "client_s": t1 - t0},
+        "enqueue": _delta(c1, c0),
         "work": {**_delta(c2, c1), "client_s": t2 - t1},
     }
 
@@ -246,7 +245,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             for row in ROWS:
                 console.print(f"run {i + 1}/{args.repeat}: {row.name}", style="dim")
                 runs[row.name].append(measure(client, row, args.jobs))
-    before: dict[str, float] | None = None
+    before: float | None = None  # the commands of the row the next one builds on
     for row in ROWS:
         median = {k: statistics.median(r[k] for r in runs[row.name]) for k in runs[row.name][0]}
         commands = median["enqueue_commands"] + median["worker_commands"]
@@ -256,12 +255,12 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 "holds": row.holds,
                 **{k: round(v, 2) for k, v in median.items()},
                 "commands": round(commands, 2),
-                "commands_change": None if before is None else round(commands - before["c"], 2),
+                "commands_change": None if before is None else round(commands - before, 2),
                 "runs": runs[row.name],
             }
         )
         if row.builds_on:
-            before = {"c": commands}
+            before = commands
     return {
         "benchmark": "rq_settings",
         "redis": {"version": version},
