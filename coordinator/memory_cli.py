@@ -11,27 +11,30 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from shared_state.errors import MemoryNotFound
-from shared_state.memory import (
+from shared_state.memory.files import MemoryFiles, resolve
+from shared_state.memory.items import (
     Claim,
+    ItemKind,
     MemoryContext,
     MemoryItem,
-    MemoryStore,
     Scope,
     SourceKind,
+    age_text,
 )
-from shared_state.memory.files import MemoryFiles, resolve
-from shared_state.memory.items import ItemKind, age_text
 from shared_state.memory.quotes import MIN_QUOTE_CHARS
 
 from .errors import CoordinatorError
 from .settings import Settings
 from .text import multi_line, one_line
+
+if TYPE_CHECKING:
+    from shared_state.memory.store import MemoryStore
 
 memory_app = typer.Typer(
     help=(
@@ -160,6 +163,8 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The tenant's items, newest first, with scope, status and provenance."""
+    from shared_state.memory.store import MemoryStore
+
     from .connection import open_state
 
     tenant = _tenant(tenant)
@@ -190,6 +195,8 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """One item in full: text, scope, lifecycle and provenance; or a memory file's content."""
+    from shared_state.memory.store import MemoryStore
+
     from . import views
     from .connection import open_state
 
@@ -255,6 +262,8 @@ def search(
     """Recall over current, unexpired items, best first: by what the query means (the
     offline embedder, all-MiniLM-L6-v2) and by its words (BM25), fused. The title says
     which ranking served the hits."""
+    from shared_state.memory.store import MemoryStore
+
     from . import views
     from .connection import open_state
 
@@ -305,6 +314,8 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
+    from shared_state.memory.store import MemoryStore
+
     from . import views
     from .connection import open_state
 
@@ -366,6 +377,8 @@ def forget(
     the disk holds. What was forgotten cannot be written back by a worker
     (it may by you, with `memory add`). Try --dry-run first.
     """
+    from shared_state.memory.store import MemoryStore
+
     from . import views
     from .connection import open_state
 
@@ -422,6 +435,8 @@ def history(
 ) -> None:
     """Every version of one claim, oldest first: which holds, which were superseded or
     contested."""
+    from shared_state.memory.store import MemoryStore
+
     from .connection import open_state
 
     tenant = _tenant(tenant)

@@ -297,8 +297,8 @@ def test_a_worker_process_runs_numpy_on_one_blas_thread(redis_url) -> None:
 
 def test_the_cli_loads_none_of_the_runtimes_libraries_before_a_command_runs() -> None:
     """A command that reads Redis pays for its own imports only: the worker's libraries
-    (the model client, the tokenizer, numpy, RQ, the logger, .gitignore rules) load in
-    the commands that use them."""
+    (the model client, the tokenizer, numpy, RQ, the logger, .gitignore rules) and the
+    memory store load in the commands that use them."""
     heavy = ("numpy", "httpx", "rq", "structlog", "pathspec", "tiktoken", "tokenizers")
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, coordinator.cli; print(*sorted(sys.modules))"],
@@ -307,4 +307,6 @@ def test_the_cli_loads_none_of_the_runtimes_libraries_before_a_command_runs() ->
     assert proc.returncode == 0, proc.stderr
     loaded = {name.split(".")[0] for name in proc.stdout.split()}
     assert loaded.isdisjoint(heavy), sorted(loaded & set(heavy))
-    assert "workers.runtime" not in proc.stdout.split()
+    modules = proc.stdout.split()
+    assert "workers.runtime" not in modules
+    assert "shared_state.memory.store" not in modules  # the memory commands' own, when run

@@ -16,29 +16,22 @@ Errors are the state layer's (``shared_state.errors``): ``MemoryRefused`` and
 its children, ``MemoryNotFound``.
 """
 
-from .items import (
-    AUTHORITY,
-    Claim,
-    MemoryContext,
-    MemoryItem,
-    Provenance,
-    Scope,
-    ScopeKind,
-    SourceKind,
-)
-from .store import Evidence, ForgetReport, MemoryStore, Removed
+from ..lazy import exports
 
-__all__ = [
-    "AUTHORITY",
-    "Claim",
-    "Evidence",
-    "ForgetReport",
-    "MemoryContext",
-    "MemoryItem",
-    "MemoryStore",
-    "Provenance",
-    "Removed",
-    "Scope",
-    "ScopeKind",
-    "SourceKind",
-]
+# Imported when first used: the CLI's memory commands are registered with every command,
+# and the store brings the artifacts and the Lua scripts with it.
+_WHERE = {
+    ".items": (
+        "AUTHORITY",
+        "Claim",
+        "MemoryContext",
+        "MemoryItem",
+        "Provenance",
+        "Scope",
+        "ScopeKind",
+        "SourceKind",
+    ),
+    ".store": ("Evidence", "ForgetReport", "MemoryStore", "Removed"),
+}
+__getattr__ = exports(__name__, _WHERE)
+__all__ = [*sorted(name for names in _WHERE.values() for name in names)]
