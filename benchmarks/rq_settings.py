@@ -18,10 +18,12 @@ RQ's defaults to the fleet's envelope, one step a row:
   + state written once   "busy" and "idle" written once a job, not twice
   + suspension by tick   ``rq suspend`` looked for by the process's heartbeat, not
                          an EXISTS every turn of each slot's loop
-  + start, end batched   a job's start in one pipeline and its end in one MULTI,
+  + start, end batched, no result
+                         a job's start in one pipeline and its end in one MULTI,
                          without what an envelope has no use for: its result (a
-                         stream of None), a second job heartbeat, its dependents'
-                         expiries (the fleet's ``SlotWorker``: its envelope)
+                         stream of None), a second status write and job
+                         heartbeat, its dependents' expiries (the fleet's
+                         ``SlotWorker``: its envelope)
 
 Each row enqueues N no-op jobs one by one and runs them through one
 in-process worker in burst mode, on a private redis-server on a free port
@@ -168,7 +170,7 @@ ROWS = (
         FLEET_ENQUEUE,
     ),
     Row(
-        "+ start, end batched",
+        "+ start, end batched, no result",
         "envelopes return None and have no callbacks or dependents: nothing they need",
         _slot(slots.SlotWorker, tick=True),
         FLEET_ENQUEUE,

@@ -105,8 +105,8 @@ class Delivery:
         died between dequeue and start leaves it there, and RQ's maintenance
         marks it), and its job hash expires like a finished envelope's. A
         paused worker still holding one finishes it as RQ finishes any job
-        (its claim or write is refused), and RQ's own success path sets the
-        same expiry.
+        (its claim or write is refused): its slot writes the whole record
+        again, finished, with the same expiry (``workers.slots``).
         """
         for role, rq_id in envelopes:
             queue = self.queues[role]

@@ -158,7 +158,7 @@ def test_rq_settings_tiny_run_counts_each_row_and_the_fleets_envelope_costs_leas
     proc = run_benchmark("rq_settings.py", "--jobs", "20", "--repeat", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {r["row"]: r for r in json.loads(proc.stdout)["rows"]}
-    defaults, fleet = rows["rq defaults"], rows["+ start, end batched"]
+    defaults, fleet = rows["rq defaults"], rows["+ start, end batched, no result"]
     # Counted by the server: RQ's path costs the same in the slot's class (a turn of RQ's
     # loop may heartbeat now and then: within a command an envelope).
     assert abs(defaults["commands"] - rows["slot, RQ's own paths"]["commands"]) < 1

@@ -296,9 +296,9 @@ def test_a_worker_process_runs_numpy_on_one_blas_thread(redis_url) -> None:
 
 
 def test_the_cli_loads_none_of_the_runtimes_libraries_before_a_command_runs() -> None:
-    """A command that reads Redis pays for its own imports only: the worker's libraries
-    (the model client, the tokenizer, numpy, RQ, the logger, .gitignore rules) and the
-    memory store load in the commands that use them."""
+    """Importing the CLI, which every command does first, loads none of the worker's
+    libraries (the model client, the tokenizer, numpy, RQ, the logger, .gitignore rules)
+    nor the memory store: the commands that use them import them when they run."""
     heavy = ("numpy", "httpx", "rq", "structlog", "pathspec", "tiktoken", "tokenizers")
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, coordinator.cli; print(*sorted(sys.modules))"],

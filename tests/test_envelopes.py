@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from rq import Queue
 from rq import Worker as RQWorker
 from rq.job import Job as RQJob
 from rq.job import JobStatus
@@ -19,7 +20,7 @@ from rq.serializers import JSONSerializer
 
 from shared_state import JobSpec, Role, Scenario, State, keys
 from shared_state.delivery import RESULT_TTL_S
-from workers import runtime
+from workers import runtime, slots
 
 
 def test_a_finished_envelope_is_finished_in_rqs_records_without_a_result(
@@ -47,11 +48,34 @@ def test_a_finished_envelope_is_finished_in_rqs_records_without_a_result(
     assert envelope not in queue.started_job_registry.get_job_ids()
     assert not queue.get_job_ids()  # taken off the queue, and not put back
     assert 0 < state.client.ttl(ran.key) <= RESULT_TTL_S
-    # No result kept: an envelope returns None, which is what RQ answers without one.
-    assert not state.client.exists(f"rq:results:{envelope}")
-    assert ran.return_value() is None
+    assert not state.client.exists(f"rq:results:{envelope}")  # no result stream of None
     # The slot's own record, as `rq info` and rq-dashboard show it.
     worker = RQWorker.find_by_key(f"rq:worker:{slot}", connection=state.client)
     assert worker is not None
     assert worker.successful_job_count == 1
     assert worker.total_working_time > 0
+
+
+def answer() -> int:
+    """A job that returns something (no envelope does)."""
+    return 42
+
+
+def nothing() -> None:
+    """A job that returns nothing, as an envelope."""
+
+
+def test_a_job_with_a_result_or_kept_for_no_time_takes_rqs_own_path(state: State) -> None:
+    """What a slot leaves out is what an envelope has no use for: a job that returned a
+    value keeps it, and one kept for 0 s is deleted, as RQ's own worker does."""
+    queue = Queue("test.slots", connection=state.client, serializer=JSONSerializer)
+    kept = queue.enqueue_call(f"{__name__}.answer", result_ttl=RESULT_TTL_S)
+    gone = queue.enqueue_call(f"{__name__}.nothing", result_ttl=0)
+    slots.SlotWorker(
+        [queue], connection=state.client, serializer=JSONSerializer, stop=threading.Event(),
+        waiting=threading.Event(), commands=False, suspended=threading.Event(),
+    ).work(burst=True, logging_level="WARNING", with_scheduler=False)  # fmt: skip
+    ran = RQJob.fetch(kept.id, connection=state.client, serializer=JSONSerializer)
+    assert ran.get_status() == JobStatus.FINISHED and ran.return_value() == 42
+    assert not state.client.exists(gone.key)
+    assert not queue.get_job_ids() and queue.finished_job_registry.get_job_ids() == [kept.id]

@@ -46,7 +46,6 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now as rq_now
-from rq.utils import utcformat
 from rq.worker import WorkerStatus
 
 from shared_state.client import ClientOptions, sibling
@@ -191,15 +190,16 @@ class SlotWorker(SimpleWorker):
     # - the job's own heartbeat as it starts (an HSET of ``last_heartbeat``, which
     #   the job's status write repeats) and as it ends (it keeps a job listed as
     #   started while its callbacks run: envelopes have none);
-    # - its result: RQ stores the return value in a stream of its own and writes the
-    #   whole job hash again, where an envelope returns None (the task's outcome is
-    #   the task's own) and only its status and end changed;
+    # - its result: RQ stores the return value in a stream of its own, where an
+    #   envelope returns None (the task's outcome is the task's own), and writes the
+    #   status on its own before the whole record (here one write holds both);
     # - the expiry of its dependents and dependencies, and the WATCH that guards
     #   moving dependents to ready: nothing depends on an envelope (nothing but
     #   ``Delivery.send`` enqueues on a role queue, and it sets no ``depends_on``).
     # `rq info` and RQ's registries see it as any finished job: status, end, the
-    # finished registry, the expiry. A job with callbacks or repeats, or one whose
-    # result is not kept for a while (``result_ttl`` 0 or -1), takes RQ's own path.
+    # finished registry, the expiry. A job with callbacks or repeats, one that returned
+    # something, or one whose result is not kept for a while (``result_ttl`` 0 or -1)
+    # takes RQ's own path.
     # ``benchmarks/rq_settings.py`` measures each of these against RQ's own.
 
     def prepare_execution(self, job: Job) -> Execution:
@@ -241,7 +241,8 @@ class SlotWorker(SimpleWorker):
         execution: Execution,
     ) -> None:
         result_ttl = job.get_result_ttl(self.default_result_ttl)
-        if not _plain(job) or job.repeats_left or result_ttl <= 0:
+        returned = job._result is not None  # RQ's record of what it returned (an envelope: None)
+        if not _plain(job) or job.repeats_left or result_ttl <= 0 or returned:
             super().handle_job_success(job, queue, started_job_registry, execution)
             return
         assert job.started_at is not None and job.ended_at is not None
@@ -249,7 +250,10 @@ class SlotWorker(SimpleWorker):
             self.increment_successful_job_count(pipeline=pipe)
             self.increment_total_working_time(job.ended_at - job.started_at, pipe)
             job._status = JobStatus.FINISHED
-            pipe.hset(job.key, mapping={"status": job._status, "ended_at": utcformat(job.ended_at)})
+            # The whole record, status and end with it (one HSET, as RQ's two): an envelope
+            # discarded meanwhile (``Delivery.discard``) may have expired, and a record of
+            # only the fields that changed is one RQ's tools cannot read.
+            job.save(pipeline=pipe, include_meta=False, include_result=False)
             job.finished_job_registry.add(job, result_ttl, pipe)
             pipe.expire(job.key, result_ttl)
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
