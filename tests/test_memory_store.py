@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import threading
+import zlib
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -258,6 +260,40 @@ def test_promotion_needs_evidence_the_users_word_or_repetition(
 
     said = store.write(c, claim("use uv, not poetry", source=SourceKind.USER))
     assert store.promote(c, said.id, Scope.parse("user:alice:")).provenance.source_kind == "user"
+
+
+class Counting:
+    """An embedder that keeps every text it was given (a text's vector: seeded by it)."""
+
+    def __init__(self, name: str = "counting") -> None:
+        self.name = name
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        rows = [np.random.default_rng(zlib.crc32(t.encode())).standard_normal(8) for t in texts]
+        return np.array(rows, dtype=np.float32).reshape(len(texts), 8)
+
+
+def test_a_promoted_copy_takes_the_originals_vector_without_embedding_it_again(
+    state: State,
+) -> None:
+    embedder = Counting()
+    store = MemoryStore(state.client, embedder=embedder)
+    c = ctx()
+    said = store.write(c, claim("use uv, not poetry", source=SourceKind.USER))
+    assert len(embedder.texts) == 1
+    copy = store.promote(c, said.id, Scope.parse("user:alice:"))
+    assert len(embedder.texts) == 1
+
+    def vector(item_id: str) -> list[bytes | None]:
+        return state.client.hmget(keys.memory_item("acme", item_id), "vec_model", "vec")
+
+    assert vector(copy.id) == vector(said.id) and vector(said.id)[1]
+    # Another embedder's store cannot use it: it embeds the copy with its own.
+    other = Counting("other")
+    again = MemoryStore(state.client, embedder=other).promote(c, said.id, APP)
+    assert other.texts == embedder.texts and vector(again.id)[0] == b"other"
 
 
 def test_a_claim_seen_in_enough_jobs_may_be_promoted_but_tool_content_never_to_app(

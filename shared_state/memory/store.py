@@ -200,7 +200,23 @@ class MemoryStore:
             derived_from=(item.id,),
         )
         owner = ctx.model_copy(update={"user": item.user or ctx.user})
-        return self._store(owner, claim, item_id=f"m-{secrets.token_hex(8)}", promoted_from=item.id)
+        return self._store(
+            owner,
+            claim,
+            item_id=f"m-{secrets.token_hex(8)}",
+            promoted_from=item.id,
+            vector=self._stored_vector(ctx.tenant, item.id),
+        )
+
+    def _stored_vector(self, tenant: str, item_id: str) -> bytes | None:
+        """The vector stored with an item, if this store's embedder made it (else None). A
+        copy of the item has its key and text, so its vector: one read, where embedding the
+        text again costs tens of ms of CPU (a promotion follows its write at once)."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+        model, vector = self.client.hmget(keys.memory_item(tenant, item_id), "vec_model", "vec")
+        return vector if vector and model == embedder.name.encode() else None
 
     def write_many(self, ctx: MemoryContext, claims: Sequence[Claim]) -> list[str]:
         """Store ``claims`` as ``write`` does, each with an id of its own, a few hundred a
@@ -230,11 +246,20 @@ class MemoryStore:
         return ids
 
     def _store(
-        self, ctx: MemoryContext, claim: Claim, *, item_id: str, promoted_from: str = ""
+        self,
+        ctx: MemoryContext,
+        claim: Claim,
+        *,
+        item_id: str,
+        promoted_from: str = "",
+        vector: bytes | None = None,
     ) -> MemoryItem:
+        """``vector``: the claim's, by this store's embedder, when known (else embedded)."""
         if looks_secret(claim.text):  # refused before any embedder (an endpoint) sees it
             raise SecretInMemory()
-        args = self._args(ctx, claim, item_id, promoted_from, self._vectors([claim])[0])
+        if vector is None:
+            vector = self._vectors([claim])[0]
+        args = self._args(ctx, claim, item_id, promoted_from, vector)
         res = run_plain(
             self.client, "memoryWrite", keys.script_keys("memoryWrite", tenant=ctx.tenant), args
         )
