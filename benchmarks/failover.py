@@ -22,11 +22,12 @@ turn, in one run, on a fresh deployment:
 Every task is accounted from outside Redis: the jobs this process was told
 were submitted, and the workers' own log lines (``task.claimed``,
 ``task.settled``: what each was told it claimed and completed;
-``journal.applied``: every journaled effect it made). **Lost**: a submitted
-job whose record is gone; **doubled**: a completion a worker was told
-succeeded more than once for one task, or a journaled effect made more than
-once; **two owners**: a claim's write accepted after another worker had
-claimed the task; **stuck**: a job still unfinished after the drain.
+``journal.applied``: every journaled effect it was told it made, logged once
+its write was acknowledged). **Lost**: a submitted job whose record is gone;
+**doubled**: a completion a worker was told succeeded more than once for one
+task, or a journaled effect a worker was told it made more than once; **two
+owners**: a claim's write accepted after another worker had claimed the task;
+**stuck**: a job still unfinished after the drain.
 
 Goals, with ``replicated``: 0 lost, 0 doubled, 0 two owners, 0 stuck across
 at least five failovers. Without it the figures are measured, not judged.

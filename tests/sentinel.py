@@ -162,7 +162,7 @@ class WorkerAccount:
     """What the workers say they did, from their own log lines (outside Redis)."""
 
     completed: dict[tuple[str, str], int]  # (job, task) -> completions acknowledged to it
-    effects: dict[tuple[str, str], int]  # (job, journal key) -> times its effect was made
+    effects: dict[tuple[str, str], int]  # (job, journal key) -> times told it was made
     # Times a worker's claim ended in an accepted write (its run settled: completed,
     # spawned, failed, asked) after another worker had claimed the task since: two
     # owners writing as owner at once. A claim that ended refused (fenced, its lease
@@ -178,8 +178,9 @@ class WorkerAccount:
 def account(lines: Iterable[dict[str, Any]]) -> WorkerAccount:
     """Read the workers' ``task.claimed`` and ``task.settled`` lines (by token) and their
     ``journal.applied`` lines: every completion a worker was told succeeded, every
-    journaled effect made, and every accepted end of a claim that another worker's
-    claim of the task had overtaken."""
+    journaled effect it was told it made (logged once its write was acknowledged: an
+    attempt its fence refused, or one that got no answer, is not one), and every
+    accepted end of a claim that another worker's claim of the task had overtaken."""
     done: dict[tuple[str, str], int] = defaultdict(int)
     effects: dict[tuple[str, str], int] = defaultdict(int)
     claimed: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from shared_state import EffectStatus, JobSpec, JournalEntry, Role, State, keys
+from shared_state import EffectStatus, Fenced, JobSpec, JournalEntry, Role, State, keys
+from workers import journal as journal_module
 from workers.errors import Blocked, ToolRefused
 from workers.heartbeat import Heartbeat
 from workers.journal import Journal
@@ -109,6 +112,37 @@ def test_an_idempotent_effect_undone_since_is_made_again(state: State) -> None:
     journal(run, bump).perform("bump", "file", {"n": 2}, lambda: {"n": 2})  # write B
     journal(run, bump).perform("bump", "file", {"n": 1}, lambda: {"n": 1})  # A again
     assert bump.effects == [1, 2, 1]
+
+
+def test_an_effect_is_logged_as_made_once_its_write_returned_never_when_it_raised(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's log is its account of the effects it was told it made (a failover
+    drill counts them): an attempt its fence refused made nothing, and is not in it."""
+    said: list[str] = []
+
+    def info(event: str, **fields: Any) -> None:
+        said.append(f"{event} {fields['key']}")
+
+    monkeypatch.setattr(journal_module, "log", SimpleNamespace(info=info))
+
+    run = claimed(state)
+    stale = run.claim.model_copy(update={"token": run.claim.token - 1})
+
+    class Refused(Bump):
+        def apply(self, entry: JournalEntry) -> str:  # a write under a claim taken since
+            state.records(run.job.job_id).write(stale, checkpoint="{}")
+            return "made"
+
+    with pytest.raises(Fenced):
+        journal(run, Refused()).perform("bump", "counter", {"n": 1}, lambda: {"n": 1})
+    assert said == []
+    # The replay (its check: not made) makes it, and says so once.
+    bump = Bump(found=False)
+    assert journal(run, bump).reconcile()
+    journal(run, bump).perform("bump", "counter", {"n": 1}, lambda: {"n": 1})
+    assert bump.effects == [1]
+    assert said == [f"journal.applied {journal(run, bump).key('bump', 'counter', {'n': 1})}"]
 
 
 def test_a_spawn_already_made_in_this_stage_is_refused_not_skipped(state: State) -> None:
