@@ -197,6 +197,14 @@ class Recall:
         elif allowed:
             visible = tuple(allowed)
         enough = max(k * 4, 32)
+        # A probe that looked for the query's vector (a task's run) shares the one made
+        # here; a search asked otherwise (the CLI's) keeps it to itself.
+        shared = len(probed) > 3
+        if embedder is not None:
+            # One this process made or read lately (a job's every run recalls with its
+            # goal), or another worker's: ranked by meaning at once, not first ranked to
+            # learn that a vector is wanted.
+            query_vector = self._known_vector(embedder, query, probed[3] if shared else None)
         while True:
             found = self._rank(
                 ctx.tenant, embedder, wanted, query_vector, ranking, visible, min_authority,
@@ -207,11 +215,7 @@ class Recall:
                 # index's lock, ~10-70 ms of CPU) and rank again. With nothing in reach, a
                 # search costs no embedding at all.
                 assert embedder is not None
-                # A probe that looked for the query's vector (a task's run) shares the one
-                # made here; a search asked otherwise (the CLI's) keeps it to itself.
-                shared = len(probed) > 3
-                stored = probed[3] if shared else None
-                query_vector = self._vector(embedder, query, ctx.tenant, stored, share=shared)
+                query_vector = self._vector(embedder, query, ctx.tenant, share=shared)
                 continue
             ranked, more = found
             if not ranked:
@@ -234,36 +238,39 @@ class Recall:
             enough *= 4  # the best ones changed since the index saw them: look further
             probed = ()  # and at the index as it is now
 
-    def _vector(
-        self,
-        embedder: Embedder,
-        query: str,
-        tenant: str,
-        stored: bytes | None = None,
-        *,
-        share: bool = False,
-    ) -> np.ndarray:
-        """The query's vector, made once while it is among the last ``QUERY_VECTORS``
-        asked for (a job's runs ask with its goal); with ``share``, once in the fleet
-        while a worker's (``stored``, read by ``probe``) is kept, ``QUERY_VECTOR_TTL_S``."""
+    def _known_vector(
+        self, embedder: Embedder, query: str, stored: bytes | None = None
+    ) -> np.ndarray | None:
+        """The query's vector without embedding it: made or read by this process while it is
+        among the last ``QUERY_VECTORS`` asked for, or a worker's (``stored``, read by
+        ``probe``, kept in Redis ``QUERY_VECTOR_TTL_S``); None if it must be made."""
         key = (embedder.name, query)
         with self._lock:
             found = self._vectors.get(key)
             if found is not None:
                 self._vectors.move_to_end(key)
                 return found
-        if stored is not None:
-            made = np.frombuffer(stored, dtype=np.float32)
-        else:
-            made = embedder.embed([query])[0].astype(np.float32)
-            if share:
-                where = keys.memory_query_vector(tenant, embedder.name, query)
-                self.client.set(where, made.tobytes(), ex=QUERY_VECTOR_TTL_S)
+        if stored is None:
+            return None
+        return self._keep(key, np.frombuffer(stored, dtype=np.float32))
+
+    def _vector(
+        self, embedder: Embedder, query: str, tenant: str, *, share: bool = False
+    ) -> np.ndarray:
+        """The query's vector, embedded now (~10-70 ms of CPU); with ``share``, kept in
+        Redis for the other workers asking it."""
+        made = embedder.embed([query])[0].astype(np.float32)
+        if share:
+            where = keys.memory_query_vector(tenant, embedder.name, query)
+            self.client.set(where, made.tobytes(), ex=QUERY_VECTOR_TTL_S)
+        return self._keep((embedder.name, query), made)
+
+    def _keep(self, key: tuple[str, str], vector: np.ndarray) -> np.ndarray:
         with self._lock:
-            self._vectors[key] = made
+            self._vectors[key] = vector
             while len(self._vectors) > QUERY_VECTORS:
                 self._vectors.popitem(last=False)
-        return made
+        return vector
 
     def _rank(
         self,
