@@ -222,8 +222,8 @@ class Journal:
         """Make ``entry``'s effect, then say so in the worker's log: its own account, outside
         Redis, of every effect it was told it made (a failover drill counts them by key).
         An attempt that raised is not in it: its fence refused it, or no answer came — and
-        if it took effect after all, the next attempt's check finds it and makes it no
-        second time (``reconcile``)."""
+        if it took effect after all, the next attempt settles it (``reconcile``: found by
+        its check, or made again only if it is idempotent)."""
         result = kind.apply(entry)
         log.info("journal.applied", job_id=self.run.task.job_id, task_id=entry.task_id,
                  key=entry.key, tool=entry.tool)  # fmt: skip
