@@ -299,7 +299,7 @@ def test_the_cli_loads_none_of_the_runtimes_libraries_before_a_command_runs() ->
     """Importing the CLI, which every command does first, loads none of the worker's
     libraries (the model client, the tokenizer, numpy, RQ, the logger, .gitignore rules)
     nor the memory store: the commands that use them import them when they run."""
-    heavy = ("numpy", "httpx", "rq", "structlog", "pathspec", "tiktoken", "tokenizers")
+    heavy = ("numpy", "httpx", "urllib3", "rq", "structlog", "pathspec", "tiktoken", "tokenizers")
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, coordinator.cli; print(*sorted(sys.modules))"],
         capture_output=True, text=True, timeout=60,

@@ -67,7 +67,7 @@ from .fair_share import FairShare
 from .heartbeat import Heartbeat, SupervisorLink
 from .lease import DEFAULT_STUCK_AFTER_S, Lease
 from .llm import ProviderChoice, ProviderName
-from .llm.base import shared_client
+from .llm.transport import shared_transport
 from .outcomes import Failed, settle
 from .phases import CLOCK
 from .task_run import TaskRun
@@ -359,11 +359,11 @@ def run_worker(
 def _preload(state: State, provider: ProviderChoice) -> None:
     """Load what every agent task uses before a slot waits on it, once, not in the first
     task of each slot: the tokenizer (~1 s of CPU), recall with numpy (~0.15 s),
-    and for a model behind HTTP the client and its transport (~0.1 s)."""
+    and for a model behind HTTP its connection pools (``shared_transport``)."""
     tokenizer_for()
     state.recall()
     if provider.provider is not ProviderName.SCRIPTED:
-        shared_client()
+        shared_transport()
 
 
 def _slot_main(

@@ -14,17 +14,15 @@ errors.
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
-
-import httpx
 
 from shared_state.admission import MAX_WAIT_S, Outcome, Route, Routes, outcome_of, route_id
 from shared_state.errors import AdmissionTimedOut
@@ -33,6 +31,7 @@ from shared_state.redact import redact
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
 from ..errors import AuthError, BadRequest, ModelNotFound, ProviderUnavailable
+from .transport import Reply, Transport, TransportError, shared_transport
 
 
 @dataclass(frozen=True)
@@ -83,27 +82,6 @@ class RetryPolicy:
         return min(backoff, self.max_delay_s) * (0.5 + random.random() / 2)
 
 
-RETRYABLE = (httpx.TransportError,)
-
-_shared: httpx.Client | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_client() -> httpx.Client:
-    """The process's one HTTP client: every task slot's model calls share its connection pool.
-
-    Thread-safe (httpx's pool is); kept-alive connections spare each call a new
-    TCP and TLS handshake. Timeouts are set per request (``RetryPolicy``).
-    """
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = httpx.Client(
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
-            )
-        return _shared
-
-
 def _no_usage(body: dict[str, Any]) -> int:
     return 0
 
@@ -122,7 +100,7 @@ class HttpJson:
     provider: str
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = time.sleep
-    client: httpx.Client | None = None
+    transport: Transport | None = None  # the process's (``shared_transport``) by default
     route: Route | None = None
     max_wait_s: float = MAX_WAIT_S  # the longest a call waits for its route (a fallback's bound)
     tenant: str = "default"  # whose job: its share of the route while calls wait
@@ -147,15 +125,16 @@ class HttpJson:
         sent masked whatever its shape (and before any cut, so no part of it
         survives) — it goes on to a task's reason, events and every view of them.
         """
-        client = self.client or shared_client()
+        transport = self.transport or shared_transport()
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         sent = _credentials(headers)
         if self.route is not None:
-            return self._admitted(self.route, client, url, payload, headers, tokens, used)
+            return self._admitted(self.route, transport, url, body, headers, tokens, used)
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                resp = client.post(url, json=payload, headers=headers, timeout=self.retry.timeout_s)
-            except RETRYABLE as exc:
+                resp = transport.post(url, body, headers, self.retry.timeout_s)
+            except TransportError as exc:
                 last, retry_after = f"{type(exc).__name__}: {exc}", None
             else:
                 if resp.status_code == 200:
@@ -176,9 +155,9 @@ class HttpJson:
     def _admitted(
         self,
         route: Route,
-        client: httpx.Client,
+        transport: Transport,
         url: str,
-        payload: dict[str, Any],
+        body: bytes,
         headers: dict[str, str],
         tokens: int,
         used: Callable[[dict[str, Any]], int],
@@ -197,8 +176,8 @@ class HttpJson:
                     redact(f"{self.provider}: {exc}; last answer: {last or 'none'}", known=sent)
                 ) from exc
             try:
-                resp = client.post(url, json=payload, headers=headers, timeout=self.retry.timeout_s)
-            except RETRYABLE as exc:
+                resp = transport.post(url, body, headers, self.retry.timeout_s)
+            except TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 route.settle(grant, used=0, outcome=Outcome.FAILED)
                 continue
@@ -223,7 +202,7 @@ class HttpJson:
                 grant, used=0, outcome=outcome, retry_after_ms=_retry_after_ms(resp.headers)
             )
 
-    def _raise_final(self, resp: httpx.Response, sent: tuple[str, ...]) -> None:
+    def _raise_final(self, resp: Reply, sent: tuple[str, ...]) -> None:
         """Errors that retrying cannot fix."""
         detail = redact(_error_text(resp), known=sent)[:200]
         if resp.status_code in (401, 403):
@@ -235,7 +214,7 @@ class HttpJson:
         raise BadRequest(f"{self.provider}: HTTP {resp.status_code}: {detail}")
 
 
-def _retry_after_ms(headers: httpx.Headers) -> int:
+def _retry_after_ms(headers: Mapping[str, str]) -> int:
     """How long the provider asks to wait (ms; 0: it did not say)."""
     if value := headers.get("retry-after-ms"):
         with suppress(ValueError, OverflowError):  # OverflowError: "inf"
@@ -249,7 +228,7 @@ def _retry_after_ms(headers: httpx.Headers) -> int:
     return 0
 
 
-def _remaining(headers: httpx.Headers) -> dict[str, str]:
+def _remaining(headers: Mapping[str, str]) -> dict[str, str]:
     """What the provider says is left of its limits (OpenAI's and Anthropic's headers)."""
     requests = headers.get("x-ratelimit-remaining-requests") or headers.get(
         "anthropic-ratelimit-requests-remaining", ""
@@ -279,7 +258,7 @@ def _credentials(headers: dict[str, str]) -> tuple[str, ...]:
     return tuple(v for v in found if v)
 
 
-def _error_text(resp: httpx.Response) -> str:
+def _error_text(resp: Reply) -> str:
     """The provider's own words for an error, whole: redacted, then cut, by the caller."""
     try:
         body = resp.json()

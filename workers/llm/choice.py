@@ -4,7 +4,7 @@ Set with ``redfleet up --provider ... --model ... --base-url ...`` (or the
 ``REDFLEET_PROVIDER``, ``REDFLEET_MODEL``, ``REDFLEET_BASE_URL`` and
 ``REDFLEET_SCRIPT`` variables); API keys come from ``OPENAI_API_KEY`` and
 ``ANTHROPIC_API_KEY``. Each task gets its own provider instance; all of a
-process's share one HTTP client (``base.shared_client``).
+process's share one HTTP transport (``transport.shared_transport``).
 
 ``--fallback [role=]provider:model[@base_url]`` (``REDFLEET_FALLBACK``, comma
 separated) names routes to fall back to, in order, when the model's route
