@@ -126,7 +126,10 @@ class HttpJson:
         survives) — it goes on to a task's reason, events and every view of them.
         """
         transport = self.transport or shared_transport()
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        # UTF-8 and compact; NaN is not JSON: refused here, not by the provider.
+        body = json.dumps(
+            payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        ).encode()
         sent = _credentials(headers)
         if self.route is not None:
             return self._admitted(self.route, transport, url, body, headers, tokens, used)
