@@ -9,9 +9,9 @@ import ssl
 import subprocess
 import threading
 from base64 import b64decode
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -62,11 +62,16 @@ class ForwardProxy:
         self.server.server_close()
 
 
-@pytest.fixture
-def proxy(monkeypatch: pytest.MonkeyPatch) -> Any:
+@pytest.fixture(autouse=True)
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the machine's own proxy settings: each test sets what it is about."""
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
+
+
+@pytest.fixture
+def proxy() -> Iterator[ForwardProxy]:
     forward = ForwardProxy()
     yield forward
     forward.close()
@@ -139,7 +144,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_not_sent_on() -> 
 
 
 def test_a_proxy_setting_that_cannot_be_used_is_refused_when_the_transport_is_made(
-    proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://fleet:s3cret@proxy.corp:31a8")
     with pytest.raises(ValueError, match="HTTPS_PROXY: not a proxy address") as refused:
@@ -150,7 +155,7 @@ def test_a_proxy_setting_that_cannot_be_used_is_refused_when_the_transport_is_ma
         Transport()
 
 
-def test_an_endpoint_without_a_scheme_is_refused_unsent(proxy: ForwardProxy) -> None:
+def test_an_endpoint_without_a_scheme_is_refused_unsent() -> None:
     """urllib3 would take it as plain HTTP: the key would go in the clear."""
     with Loopback() as server:
         bare = server.url.removeprefix("http://")
@@ -176,7 +181,7 @@ def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
 
 
 def test_tls_is_checked_against_certifi_or_the_roots_ssl_cert_file_names(
-    proxy: ForwardProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ca, cert, key = _tls_files(tmp_path)
     with Loopback() as server:
