@@ -2,8 +2,11 @@
 
 Every string of an event, the rendered traceback included, passes through
 ``redact`` first: an error that quotes ``redis://:password@host`` or a
-provider's key is logged masked. ``JSONRenderer`` escapes control
-characters, so an event is one line whatever its fields hold.
+provider's key is logged masked. A traceback names its frames, never their
+local variables: a local may hold a key in no shape ``redact`` knows (a
+local server's own), and its repr may be megabytes (a job, a vector).
+``JSONRenderer`` escapes control characters, so an event is one line
+whatever its fields hold.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 from structlog.typing import EventDict, WrappedLogger
 
 from shared_state.redact import redact
@@ -51,12 +55,16 @@ class _LineLogger(structlog.WriteLogger):
     fatal = failure = err = error = critical = exception = msg
 
 
+# structlog's ``dict_tracebacks``, without the frames' locals it shows by default.
+_TRACEBACKS = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+
+
 def _chain() -> list[Any]:
     """The processors every line passes, ours and a library's: level, time, traceback, redaction."""
     return [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.dict_tracebacks,
+        _TRACEBACKS,
         redact_secrets,
     ]
 

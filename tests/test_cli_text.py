@@ -196,6 +196,34 @@ def test_log_lines_mask_secrets_and_stay_one_line_each() -> None:
     assert error["exception"][0]["exc_value"] == "cannot reach redis://:***@h:1/0"
 
 
+def test_a_logged_traceback_names_its_frames_never_their_locals() -> None:
+    """A frame's locals may hold a key in no shape redaction knows (a local server's own)."""
+    program = textwrap.dedent(
+        """
+        import structlog
+        from coordinator import logs
+
+        logs.configure("info")
+
+        def call(api_key):
+            raise RuntimeError("refused")
+
+        try:
+            call("local-vllm-key-7f3a")
+        except RuntimeError:
+            structlog.get_logger().exception("task.error")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    frames = json.loads(line)["exception"][0]["frames"]
+    assert frames[-1]["name"] == "call" and all(f.get("locals") is None for f in frames)
+    assert "local-vllm-key-7f3a" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("url", "needles"),
     [
