@@ -165,6 +165,14 @@ def test_an_endpoint_without_a_scheme_is_refused_unsent() -> None:
     assert server.requests == []
 
 
+def test_a_key_http_cannot_carry_is_refused_unsent_and_unquoted() -> None:
+    with Loopback() as server:
+        http = HttpJson("openai", ONCE, transport=Transport())
+        with pytest.raises(BadRequest, match="an API key") as refused:
+            http.post(f"{server.url}/v1", {}, {"Authorization": "Bearer local-key-7f3a\n"})
+    assert "local-key" not in str(refused.value) and server.requests == []
+
+
 def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
     """A private CA, and a certificate it signed for localhost: (CA, cert, key)."""
     ca, ca_key = folder / "ca.pem", folder / "ca.key"

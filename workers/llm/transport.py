@@ -102,7 +102,10 @@ class Transport:
             )
         except ValueError as exc:  # a header HTTP cannot carry, a malformed URL
             # Never the error's own words: they quote the header's value (an API key).
-            raise BadRequest(f"the request could not be sent ({type(exc).__name__})") from None
+            raise BadRequest(
+                f"the request could not be sent ({type(exc).__name__}): the endpoint's URL is "
+                "malformed, or a header (an API key) holds a line break or a non-ASCII character"
+            ) from None
         return Reply(answer.status, answer.headers, answer.data, answer.reason or "")
 
     def _manager(self, scheme: str, host: str, port: int | None) -> urllib3.PoolManager:
