@@ -9,7 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-def _send(handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]) -> None:
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]
+) -> None:
+    """Answer ``handler``'s request: ``body`` as JSON (a str: as it is), with ``headers``."""
     data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
     handler.send_response(status)
     handler.send_header("content-type", "application/json")
@@ -38,7 +41,7 @@ class Loopback:
                         "json": json.loads(self.rfile.read(length) or b"null"),
                     }
                 )
-                _send(self, *loopback.answers.popleft())
+                send_json(self, *loopback.answers.popleft())
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -142,7 +145,7 @@ class ScriptedOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 status, body = answer(json.loads(self.rfile.read(length)))
-                _send(self, status, body, {"retry-after": "0"})
+                send_json(self, status, body, {"retry-after": "0"})
 
             def log_message(self, *args: object) -> None:
                 pass

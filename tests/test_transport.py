@@ -21,7 +21,7 @@ from workers.llm import HttpJson, OpenAIProvider, RetryPolicy
 from workers.llm import transport as transport_module
 from workers.llm.transport import Transport
 
-from .loopback import Loopback
+from .loopback import Loopback, send_json
 
 ONCE = RetryPolicy(attempts=1, timeout_s=5)
 ANSWER = {"choices": [{"message": {"content": "ok"}}]}
@@ -44,11 +44,7 @@ class ForwardProxy:
                 headers = {"content-type": self.headers["content-type"]}
                 upstream.request("POST", target.path, body=body, headers=headers)
                 answer = upstream.getresponse()
-                data = answer.read()
-                self.send_response(answer.status)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, answer.status, answer.read().decode(), {})
 
             def log_message(self, *args: object) -> None:
                 pass
