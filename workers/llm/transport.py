@@ -18,7 +18,7 @@ not call after call.
 Why urllib3 and not httpx (which the embeddings endpoint and the benchmarks
 still use): a model call costs its worker about half the CPU through it
 (``benchmarks/fleet_scale.py`` counts the ``call`` phase: 2.0-2.5 ms a call
-with httpx, 1.0-1.1 with this, side by side), and a fleet makes hundreds of
+with httpx, 1.0-1.3 with this, side by side), and a fleet makes hundreds of
 calls a second.
 
 Every attempt is one request: nothing is retried here (``HttpJson`` decides
