@@ -1,4 +1,5 @@
-"""The heartbeat renews every slot's lease in one round trip, each slot's outcome its own.
+"""The heartbeat renews every slot's lease in one round trip, each slot's outcome its own,
+and carries the slots' RQ heartbeats in the same tick.
 
 Against a real Redis through the loopback proxy, which counts the reads of
 client bytes it passes on: a tick that sent one call per lease would take
@@ -7,8 +8,17 @@ at least as many reads as there are leases.
 
 from __future__ import annotations
 
+import threading
+from datetime import timedelta
+
+from rq import Queue
+from rq.serializers import JSONSerializer
+from rq.utils import now as rq_now
+
 from shared_state import JobSpec, Role, Scenario, State
+from workers import slots
 from workers.heartbeat import Heartbeat
+from workers.slots import SlotWorker
 
 from .conftest import events_named
 from .proxy import FaultProxy
@@ -73,4 +83,67 @@ def test_a_flushed_script_cache_reloads_and_renews_every_lease(
     assert not any(lease.lost.is_set() for lease in beat.leases)
     assert all(lease._deadline > was for lease, was in zip(beat.leases, before, strict=True))
     assert all(len(events_named(state, job.job_id, "task.renewed")) == 2 for job in jobs)
+    beat.client.close()
+
+
+def _stored_beats(state: State, workers: list[SlotWorker]) -> list[bytes | None]:
+    return [state.client.hget(w.key, "last_heartbeat") for w in workers]
+
+
+def _age(workers: list[SlotWorker], seconds: float) -> None:
+    """As if each worker's last RQ heartbeat was ``seconds`` ago."""
+    for worker in workers:
+        worker.last_heartbeat = rq_now() - timedelta(seconds=seconds)
+
+
+def test_a_tick_carries_the_slots_rq_heartbeats_so_an_idle_slot_sends_none(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    beat = Heartbeat(remote, worker_id="w1", role=Role.CODER, lease_ms=LEASE_MS, info={})
+    queue = Queue("test.beats", connection=remote.client, serializer=JSONSerializer)
+    workers = []
+    for i in range(SLOTS):
+        worker = SlotWorker(
+            [queue], name=f"w1/{i}", connection=remote.client, serializer=JSONSerializer,
+            worker_ttl=slots.RQ_WORKER_TTL_S, stop=threading.Event(), waiting=threading.Event(),
+            commands=False, beats=beat.rq_workers,
+        )  # fmt: skip
+        worker.register_birth()  # as RQ's loop does before its first dequeue
+        beat.rq_workers.add(f"w1/{i}", worker)
+        workers.append(worker)
+    beat.tick()  # the first: the heartbeat's client connects
+    born = _stored_beats(state, workers)
+    assert all(born)  # the births' own, not due again yet
+
+    _age(workers, slots.RQ_HEARTBEAT_EVERY_S)
+    reads = proxy.requests
+    beat.tick()
+    assert proxy.requests - reads <= 2  # the worker's heartbeat; the flush with the beats
+    first = _stored_beats(state, workers)
+    assert all(was != now for was, now in zip(born, first, strict=True))
+    assert all(
+        slots.RQ_WORKER_TTL_S < state.client.ttl(w.key) <= slots.RQ_WORKER_TTL_S + 60
+        for w in workers
+    )
+
+    # What RQ's loop does at each turn of an idle slot's dequeue: nothing goes out.
+    reads = proxy.requests
+    for worker in workers:
+        worker.heartbeat()
+    assert proxy.requests == reads
+    assert _stored_beats(state, workers) == first
+
+    # A tick while none is due beats none; one that is due is beaten.
+    _age(workers[3:4], slots.RQ_HEARTBEAT_EVERY_S)
+    beat.tick()
+    after = _stored_beats(state, workers)
+    assert [i for i in range(SLOTS) if after[i] != first[i]] == [3]
+
+    # A slot's RQ worker that ended (its death recorded, its record kept a minute) is
+    # never kept longer by a tick.
+    workers[5].teardown()
+    _age(workers[5:6], slots.RQ_HEARTBEAT_EVERY_S)
+    beat.tick()
+    assert state.client.hget(workers[5].key, "last_heartbeat") == after[5]
+    assert 0 < state.client.ttl(workers[5].key) <= 60
     beat.client.close()

@@ -11,8 +11,9 @@ the retry), so one stalled call costs one tick, never the lease. Each tick
 - renews the lease of every task the worker's slots hold (``lease.Lease``)
   in one pipeline, one round trip however many slots, with the worker's
   heartbeat (slots, how many are busy, with which tasks); flushes the
-  queued global-stream mirror entries and the CPU by phase, and looks for
-  `rq suspend` for the process's slots (``suspended``), in one more. A lost
+  queued global-stream mirror entries, the CPU by phase and the RQ
+  heartbeats of the slots (``slots.SlotBeats``), and looks for `rq suspend`
+  for the process's slots (``suspended``), in one more. A lost
   connection ends the tick; any other error in one slot's renewal is that
   slot's alone.
 
@@ -55,6 +56,7 @@ from shared_state.scripts import Runner
 
 from .lease import DEFAULT_STUCK_AFTER_S, REFUSALS, Lease
 from .phases import CLOCK
+from .slots import SlotBeats
 
 log = structlog.get_logger("redfleet.heartbeat")
 
@@ -158,6 +160,7 @@ class Heartbeat(threading.Thread):
         self._workers = WorkerRegistry(runner)
         # Set while `rq suspend` holds: the slots take no envelope (``slots.SlotWorker``).
         self.suspended = threading.Event()
+        self.rq_workers = SlotBeats()  # the slots' RQ records, beaten from here
         self.leases = [Lease(worker_id, lease_ms) for _ in range(slots)]
         self._stopping = threading.Event()
         self._reachable = True  # whether the last tick reached Redis (logged on change)
@@ -240,15 +243,17 @@ class Heartbeat(threading.Thread):
         self._workers.beat(self.worker_id, self.ttl_ms, fields, ride=True)
 
     def flush(self) -> None:
-        """Write the process's queued mirror entries and its CPU by phase since the last
-        tick (``phases``), and look for `rq suspend` (``suspended``), over this thread's
-        own client: one round trip for the process, not a look per slot per task."""
+        """Write the process's queued mirror entries, its CPU by phase since the last tick
+        (``phases``) and its slots' RQ heartbeats that are due (``slots.SlotBeats``), and
+        look for `rq suspend` (``suspended``), over this thread's own client: one round
+        trip for the process, not a look or a heartbeat per slot."""
         events = self.state.events
         pending, spent = events.take_pending(), CLOCK.take()
         pipe = self.client.pipeline(transaction=False)
         pipe.exists(WORKERS_SUSPENDED)
         if pending:
             events.queue_mirror(pipe, pending)
+        self.rq_workers.queue(pipe, self.interval_s)
         for phase, micros in spent.items():
             pipe.hincrby(keys.METRICS, f"cpu_us|{phase}", micros)
         try:

@@ -339,6 +339,7 @@ def run_worker(
                 "commands": i == 0,
                 "suspended": runtime.heartbeat.suspended,
                 "choice": runtime,
+                "beats": runtime.heartbeat.rq_workers,
             },
             name=f"redfleet-slot-{i}",
             daemon=True,  # a cold stop leaves them: their leases run out
@@ -378,6 +379,7 @@ def _slot_main(
     commands: bool,
     suspended: threading.Event | None = None,
     choice: slots.Choice | None = None,
+    beats: slots.SlotBeats | None = None,
 ) -> None:
     """One slot's thread: its RQ loop, started again if it ever breaks (the others go on)."""
     _slot.lease = lease
@@ -387,7 +389,8 @@ def _slot_main(
         while True:
             try:
                 slots.serve(name, queue_name(role), client, stop, waiting, burst=burst,
-                            commands=commands, suspended=suspended, choice=choice)  # fmt: skip
+                            commands=commands, suspended=suspended, choice=choice,
+                            beats=beats)  # fmt: skip
                 return
             except Exception:
                 log.exception("worker.slot_crashed", worker=name)

@@ -64,10 +64,11 @@ _RESUME_CAP_S = 5.0
 _STEADY_S = 30.0  # an RQ loop that ran this long was no quick failure: the pause starts over
 RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
 _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
+_BEAT_MARGIN_S = 1.0  # a tick may run late by this much and still come first
 # RQ heartbeats a worker up to five times a job, each an HSET and two EXPIREs sent one
-# by one. Every turn of its loop already sends one (``check_for_suspension``, pipelined
-# with its EXISTS) and the key lives worker_ttl + 60 s, so a slot sends its other
-# heartbeats at most this often, and each in one round trip.
+# by one, and the key lives worker_ttl + 60 s. A slot sends its heartbeats at most this
+# often, each in one round trip; and while the process's heartbeat tick sends them for
+# every slot (``SlotBeats``), a slot sends none of its own.
 RQ_HEARTBEAT_EVERY_S = 10.0
 
 
@@ -103,6 +104,48 @@ class Choice(Protocol):
     def release(self) -> None: ...
 
 
+class SlotBeats:
+    """The RQ records of a process's slots, kept alive from its heartbeat tick.
+
+    RQ heartbeats each worker from its own loop: a slot waiting in its dequeue
+    wakes every dequeue timeout to send one, a round trip per idle slot. The
+    process's heartbeat thread makes a round trip a tick anyway; it carries
+    the heartbeats of every slot that is due (``queue``), so an idle fleet
+    costs Redis a round trip per process a tick, not one per slot. A slot's
+    own heartbeat still goes out whenever the ticks have not sent one for
+    ``RQ_HEARTBEAT_EVERY_S`` (Redis was away, or the tick is slower).
+    """
+
+    def __init__(self) -> None:
+        self._workers: dict[str, SlotWorker] = {}  # by slot: its RQ worker of the moment
+        self._lock = threading.Lock()
+
+    def add(self, slot: str, worker: SlotWorker) -> None:
+        with self._lock:
+            self._workers[slot] = worker
+
+    def remove(self, worker: SlotWorker) -> None:
+        """Before ``worker`` records its death: no tick may bring its record back."""
+        with self._lock:
+            for slot, known in list(self._workers.items()):
+                if known is worker:
+                    del self._workers[slot]
+
+    def queue(self, pipe: Pipeline, interval_s: float) -> int:
+        """Queue on ``pipe`` the heartbeat of each slot that, without one now, could be
+        due by its own reckoning before the next tick (``interval_s`` away); how many."""
+        due_at = max(0.0, RQ_HEARTBEAT_EVERY_S - interval_s - _BEAT_MARGIN_S)
+        with self._lock:
+            workers = list(self._workers.values())
+        queued = 0
+        for worker in workers:
+            last = worker.last_heartbeat
+            if last is None or (rq_now() - last).total_seconds() >= due_at:
+                worker.heartbeat(None, pipe)
+                queued += 1
+        return queued
+
+
 class SlotWorker(SimpleWorker):
     """RQ's in-process worker, run in a slot's thread.
 
@@ -124,9 +167,11 @@ class SlotWorker(SimpleWorker):
         commands: bool,
         suspended: threading.Event | None = None,
         choice: Choice | None = None,
+        beats: SlotBeats | None = None,
         **kwargs: object,
     ) -> None:
         self.stopping = stop
+        self.beats = beats
         self.choice = choice
         self.suspended = suspended  # set while `rq suspend` holds (None: RQ looks each turn)
         self.waiting = waiting  # set while it waits in its dequeue: what ``unblock`` wakes
@@ -312,6 +357,8 @@ class SlotWorker(SimpleWorker):
                 self.choice.release()
 
     def teardown(self) -> None:
+        if self.beats is not None:
+            self.beats.remove(self)
         try:
             super().teardown()
         finally:
@@ -332,6 +379,7 @@ def serve(
     commands: bool,
     suspended: threading.Event | None = None,
     choice: Choice | None = None,
+    beats: SlotBeats | None = None,
 ) -> None:
     """Run one slot's RQ work loop until a stop is asked for or a burst empties the queue.
 
@@ -361,7 +409,10 @@ def serve(
                     commands=commands,
                     suspended=suspended,
                     choice=choice,
+                    beats=beats,
                 )
+                if beats is not None:
+                    beats.add(name, rq_worker)  # in place of the slot's last RQ worker
                 rq_worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 error = str(exc)
