@@ -331,7 +331,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "blockTask": _TASK,
     "admitCall": ("route", "route_inflight", "route_waiting", "route_asked", "route_vclock"),
     "cancelJob": _JOB,
-    "claimTask": (*_TASK, "retries"),
+    "claimTask": (*_TASK, "retries", "checkpoints", "journal"),
     "completeTask": (*_TASK, "parent"),
     "decideTask": _TASK,
     "endTasks": _JOB[:4],

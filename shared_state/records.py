@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
 from .models import Claim
-from .tasks import TaskStore
+from .tasks import Opened, TaskStore
 
 
 class EffectStatus(StrEnum):
@@ -76,6 +76,24 @@ def _of_task(journal: dict[bytes, bytes], task_id: str) -> dict[str, JournalEntr
         JournalEntry.model_validate_json(v) for k, v in journal.items() if k.startswith(prefix)
     )
     return {e.key: e for e in entries if e.task_id == task_id}
+
+
+def opening_from(
+    claimed: Opened, task_id: str, document: bytes | None, also: Sequence[Any]
+) -> Opening:
+    """The ``Opening`` of a run its claim opened (``TaskStore.claim(open_run=...)``), with
+    the document and the ``also`` replies read along."""
+    return Opening(
+        checkpoint=claimed.checkpoint,
+        journal={  # the claim sent the task's own entries only
+            e.key: e
+            for e in map(JournalEntry.model_validate_json, claimed.journal.values())
+            if e.task_id == task_id
+        },
+        input=claimed.input,
+        document=document.decode() if document is not None else None,
+        also=tuple(also),
+    )
 
 
 class Records:

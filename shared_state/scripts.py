@@ -160,6 +160,8 @@ FIRST_SEND_COUNTS = frozenset({"reapTask", "redeliverTask"})
 Call = tuple[str, str, list[str], list[Any]]
 # What a caller of ``Runner.ride`` does with its call's answer (raises to refuse it).
 Check = Callable[[ScriptResult | redis.ResponseError], None]
+# Plain reads a caller queues on a call's pipeline (``Runner.run_reading``).
+Reads = Callable[[redis.client.Pipeline], object]
 
 
 class Runner:
@@ -205,10 +207,25 @@ class Runner:
         self._local = threading.local()  # each thread's riders: list[tuple[Call, Check]]
 
     def run(self, name: str, job_id: str, keys: list[str], args: list[Any]) -> ScriptResult:
-        (result,) = self._run([(name, job_id, keys, args)])
+        result, _ = self.run_reading(name, job_id, keys, args)
+        return result
+
+    def run_reading(
+        self,
+        name: str,
+        job_id: str,
+        keys: list[str],
+        args: list[Any],
+        reads: Reads | None = None,
+    ) -> tuple[ScriptResult, list[Any]]:
+        """``run``, with the reads ``reads`` queues on the pipeline sent in the same round
+        trip, after the script; their replies in order (an error reply in its place). Reads
+        are sent once: a send again (the script's NOSCRIPT, an unacknowledged write) is the
+        script's alone."""
+        (result,), read = self._run([(name, job_id, keys, args)], reads)
         if isinstance(result, Exception):
             raise result
-        return result
+        return result, read
 
     def ride(self, calls: list[Call], check: Check) -> None:
         """Queue ``calls`` to go first in this thread's next pipeline; ``check`` is given
@@ -245,36 +262,44 @@ class Runner:
         round trip each. Each call's error reply (OOM, READONLY) is its own,
         in its place in the list; a lost connection raises ConnectionFailed.
         """
-        return self._run([(name, job_id, keys, args) for job_id, keys, args in calls])
+        answers, _ = self._run([(name, job_id, keys, args) for job_id, keys, args in calls])
+        return answers
 
-    def _run(self, calls: list[Call]) -> list[ScriptResult | redis.ResponseError]:
-        """``calls``' answers, after this thread's riders (sent first and checked here)."""
+    def _run(
+        self, calls: list[Call], reads: Reads | None = None
+    ) -> tuple[list[ScriptResult | redis.ResponseError], list[Any]]:
+        """``calls``' answers, after this thread's riders (sent first and checked here), and
+        the replies to ``reads``."""
         riders = self._riders()
         taken, riders[:] = riders[:], []
         if not taken and not calls:
-            return []
+            return [], []
         try:
-            answers = self._send_all([call for call, _ in taken] + calls)
+            answers, read = self._send_all([call for call, _ in taken] + calls, reads)
         except ConnectionFailed:
             # Maybe sent, maybe not: they ride again with the next (each is idempotent).
             riders[:0] = taken
             raise
         for (_, check), answer in zip(taken, answers, strict=False):
             check(answer)
-        return answers[len(taken) :]
+        return answers[len(taken) :], read
 
-    def _send_all(self, calls: list[Call]) -> list[ScriptResult | redis.ResponseError]:
+    def _send_all(
+        self, calls: list[Call], reads: Reads | None = None
+    ) -> tuple[list[ScriptResult | redis.ResponseError], list[Any]]:
         pending = self.events.take_batch()
         started = time.monotonic()
-        sends = [self._call_many(calls, pending)]
+        replies, acked, read = self._call_many(calls, pending, reads)
+        sends = [(replies, acked)]
         while not sends[-1][1]:  # no replica acknowledged it (only when replicas are asked)
             self.unacknowledged += 1
             if time.monotonic() - started > self.deadline_s:
                 self._answers(calls, sends)  # what reached the job streams is mirrored
                 names = "+".join(dict.fromkeys(name for name, *_ in calls))
                 raise NotReplicated(names, self.replicas, self.deadline_s)
-            sends.append(self._call_many(calls, []))
-        return self._answers(calls, sends)
+            replies, acked, _ = self._call_many(calls, [])
+            sends.append((replies, acked))
+        return self._answers(calls, sends), read
 
     def _answers(
         self, calls: list[Call], sends: list[tuple[list[Any], bool]]
@@ -328,13 +353,22 @@ class Runner:
             self.events.defer_mirrored(pending)
         return rest
 
-    def _call_many(self, calls: list[Call], pending: list) -> tuple[list[Any], bool]:
-        """The scripts' replies, and whether the replicas asked for acknowledged them."""
+    def _call_many(
+        self, calls: list[Call], pending: list, reads: Reads | None = None
+    ) -> tuple[list[Any], bool, list[Any]]:
+        """The scripts' replies, whether the replicas asked for acknowledged them, and the
+        replies to ``reads`` (queued after the scripts, before the acknowledgement)."""
         pipe = self._pipeline(pending)
         for name, _, keys, args in calls:
             evalsha(pipe, name, keys, args)
+        scripted = len(pipe)
+        if reads is not None:
+            reads(pipe)
+        queued = len(pipe) - scripted
         self._durable(pipe)
         replies, acked = self._acks(self._send(pipe, pending))
+        read = replies[len(replies) - queued :] if queued else []
+        del replies[len(replies) - queued :]
         unrun = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if unrun:
             # The server lost its script cache (restart, SCRIPT FLUSH, a failover to a
@@ -350,7 +384,7 @@ class Runner:
             redone, acked = self._acks(pipe.execute(raise_on_error=False))
             for i, reply in zip(unrun, redone, strict=True):
                 replies[i] = reply
-        return replies, acked
+        return replies, acked, read
 
     def _acks(self, replies: list[Any]) -> tuple[list[Any], bool]:
         """The scripts' replies, without the acknowledgement's, and whether it was given."""

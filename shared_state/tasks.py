@@ -26,7 +26,7 @@ from .errors import (
 from .models import Claim, Job, Role, Task
 from .redact import redact
 from .replies import ABSENT, Asked, check
-from .scripts import Runner, ScriptResult, server_ms, to_ms
+from .scripts import Reads, Runner, ScriptResult, server_ms, to_ms
 
 
 def new_task_id(role: Role) -> str:
@@ -53,6 +53,16 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class Opened:
+    """The records a claim that opened its run brought back with it (``TaskStore.claim``)."""
+
+    checkpoint: str | None  # the task's last checkpoint (JSON), if any
+    journal: dict[str, str]  # the task's journal entries: key -> entry (JSON)
+    input: str | None  # its input artifact's text; None: no input, or one a forget redacted
+    read: tuple[Any, ...] | None  # the replies to the reads that rode along; None: none did
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A successful claim: the task as claimed, its job, and the claim to write with.
 
@@ -63,6 +73,7 @@ class Claimed:
     task: Task
     job: Job
     claim: Claim
+    opened: Opened | None = None  # the run's records, when the claim opened it
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -86,28 +97,51 @@ class TaskStore:
 
     # -- the owner's writes -------------------------------------------------------
 
-    def claim(self, job_id: str, task_id: str, worker: str, lease_ms: int) -> Claimed | None:
+    def claim(
+        self,
+        job_id: str,
+        task_id: str,
+        worker: str,
+        lease_ms: int,
+        *,
+        open_run: Callable[[Job], Reads | None] | None = None,
+    ) -> Claimed | None:
         """Claim a task; None when it is not claimable (a duplicate delivery, a finished job).
 
         The job's fields come back only with the first claim of a job: its spec
         changes only when the job is resumed (every claim says how often it
         was), so the store keeps it rather than have every claim read and
         ship the whole job hash.
+
+        With ``open_run``, the claim opens the run too (``Claimed.opened``): the
+        task's checkpoint, journal and input come back with it, and so do the
+        replies to the reads ``open_run`` queues for the job, when this store
+        knows the job already — a run starts in one round trip.
         """
         job = self._jobs.get(job_id)
         # An expired lease taken over here is a lost worker's: its retry backs off as such.
         args = [worker, lease_ms, "" if job else "1", *retry_args(Failure.LOST)]
-        res = self.runner.run(
-            "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args
+        args.append("1" if open_run is not None else "")
+        reads = open_run(job) if open_run is not None and job is not None else None
+        res, read = self.runner.run_reading(
+            "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args, reads
         )
         if not check("claimTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             return None
         task = _task_from(res.data["task"])
         if job is not None and job.resumes != int(res.data["resumes"]):
-            job = None  # resumed since: its goal and constraints may be new
+            job, reads = None, None  # resumed since: its goal and constraints may be new
         if job is None:
             raw = res.data.get("job") or _decoded(self.client.hgetall(keys.job(job_id)))
             job = self._keep_job(Job.model_validate(raw))
+        opened = None
+        if open_run is not None:
+            opened = Opened(
+                checkpoint=res.data.get("checkpoint"),
+                journal=res.data["journal"],
+                input=res.data.get("input"),
+                read=tuple(read) if reads is not None else None,
+            )
         claim = Claim(
             task_id=task_id,
             job_id=job_id,
@@ -116,7 +150,7 @@ class TaskStore:
             token=task.token,
             lease_until=task.lease_until,
         )
-        return Claimed(task=task, job=job, claim=claim)
+        return Claimed(task=task, job=job, claim=claim, opened=opened)
 
     def _keep_job(self, job: Job) -> Job:
         # Shared by a process's task slots: two evicting at once must not both pick one key.

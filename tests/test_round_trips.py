@@ -1,4 +1,4 @@
-"""What a model call costs in round trips to Redis, counted on the wire.
+"""What a model call, a task and a run's start cost in round trips to Redis, on the wire.
 
 Against a real Redis through the loopback proxy, which counts the reads of
 client bytes it passes on (a pipeline is one): a call's reservation carries
@@ -16,17 +16,35 @@ from pathlib import Path
 
 import pydantic
 import pytest
+import redis
 
-from shared_state import ConnectionFailed, Fenced, JobSpec, Role, Scenario, State
+from shared_state import (
+    Child,
+    ConnectionFailed,
+    EffectStatus,
+    Fenced,
+    JobSpec,
+    JournalEntry,
+    Role,
+    Scenario,
+    State,
+    keys,
+)
 from shared_state.client import ClientOptions
+from shared_state.memory import MemoryContext
+from shared_state.memory.files import PROJECT_MEMORY
+from shared_state.records import Opening
 from shared_state.scripts import SCRIPTS, load
 from workers import runtime
 from workers.agent import AgentLoop
 from workers.context import CallLedger, ContextEngine, WorkingState
+from workers.lease import Lease
 from workers.llm import ProviderChoice, ScriptedProvider
 from workers.llm import Scenario as Script
 from workers.roles.meter import Meter
+from workers.roles.task import opening_of, opening_reads
 from workers.run_context import RunContext
+from workers.task_run import TaskRun
 from workers.tools import Tool, ToolBox, ToolResult
 
 from .proxy import FaultProxy
@@ -177,3 +195,73 @@ def test_a_task_costs_at_most_25_round_trips_end_to_end(
     assert tasks == 30
     per_task = spent / tasks
     assert per_task <= ROUND_TRIPS_PER_TASK, f"{per_task:.1f} round trips per task"
+
+
+def test_a_run_its_claim_opens_starts_in_one_round_trip_with_the_records_a_read_gives(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    """A claim that opens its run brings back the task's checkpoint, its own journal
+    entries (not the job's other tasks') and its input's text, and carries the reads
+    outside the job (the tenant's AGENTS.md, where its memory stands) once the process
+    knows the job: the run starts in one round trip, from what a read after the claim
+    gives."""
+    state.memory_files.create(MemoryContext(tenant="default", actor="cli:test"),
+                              PROJECT_MEMORY, "# Rules\n", operator=True)  # fmt: skip
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.AGENTS))
+    root = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
+    assert root is not None
+    brief = state.artifacts(job.job_id).put("the brief", kind="input")
+    first, mine, other = state.tasks.spawn(
+        root.claim, "review", [Child(Role.CODER, "a"), Child(Role.CODER, "b", input=brief.id),
+                               Child(Role.CODER, "c")],
+    )  # fmt: skip
+    entries = [JournalEntry(key=f"{t}:bump x#0:start", task_id=t, tool="bump",
+                            status=EffectStatus.DONE) for t in (mine, other)]  # fmt: skip
+    state.client.hset(
+        keys.journal(job.job_id), mapping={e.key: e.model_dump_json() for e in entries}
+    )
+    state.client.hset(keys.checkpoints(job.job_id), mapping={mine: '{"n": 1}', other: "{}"})
+
+    def opened(task_id: str) -> tuple[Opening, int]:
+        """The run's opening as a worker takes it, and the round trips it took."""
+        reads = proxy.requests
+        claimed = remote.tasks.claim(
+            job.job_id, task_id, "w1", 60_000,
+            open_run=lambda j: opening_reads(remote, j, task_id),
+        )  # fmt: skip
+        assert claimed is not None
+        run = TaskRun(remote, claimed.job, claimed.task, claimed.claim, Lease("w1", 60_000),
+                      opened=claimed.opened)  # fmt: skip
+        opening = opening_of(run)
+        return opening, proxy.requests - reads
+
+    _, trips = opened(first)
+    assert trips == 2  # a job new to the process: its tenant is known after the claim
+    opening, trips = opened(mine)
+    assert trips == 1
+    assert opening.checkpoint == '{"n": 1}' and opening.input == "the brief"
+    assert list(opening.journal.values()) == [entries[0]]
+    assert opening.document == "# Rules\n"
+    # The same as the reads after a claim give (Redis's time apart).
+    task = state.tasks.get(job.job_id, mine)
+    read = opening_of(TaskRun(state, job, task, root.claim, Lease("w1", 60_000)))
+    assert opening.model_dump(exclude={"also"}) == read.model_dump(exclude={"also"})
+    assert opening.also[1:] == read.also[1:]
+
+
+def test_the_reads_a_script_call_carries_are_sent_once_its_script_reloaded_if_need_be(
+    state: State, remote: State
+) -> None:
+    """After a restart (SCRIPT FLUSH) the call's script is loaded and sent again; the reads
+    that rode with it were answered the first time and are not sent twice."""
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    where = keys.script_keys("claimTask", job.job_id, job.root_task)
+    state.client.script_flush()
+    res, read = remote.runner.run_reading(
+        "claimTask", job.job_id, where, ["w1", 60_000, "", 1_000, 60_000, 0.5, ""],
+        lambda pipe: (pipe.incr("sent"), pipe.get(keys.job(job.job_id))),
+    )  # fmt: skip
+    assert res.ok and res.data["task"]["owner"] == "w1"
+    assert read[0] == 1
+    assert isinstance(read[1], redis.ResponseError)  # the job is a hash: the error, in place
+    assert state.client.get("sent") == b"1"

@@ -196,7 +196,13 @@ class WorkerRuntime:
     def _run(self, job_id: str, task_id: str, lease: Lease) -> None:
         sent_at = time.monotonic()  # the lease runs from here at the latest
         try:
-            claimed = self.state.tasks.claim(job_id, task_id, self.worker_id, self.lease_ms)
+            # The claim opens the run: its records come back in the same round trip, and
+            # so do an agent's reads outside the job, once the process knows the job.
+            claimed = self.state.tasks.claim(
+                job_id, task_id, self.worker_id, self.lease_ms,
+                open_run=lambda job: (roles.opening_reads(self.state, job, task_id)
+                                      if job.scenario is Scenario.AGENTS else None),
+            )  # fmt: skip
         except NotFound:
             log.info("delivery.dropped", job_id=job_id, task_id=task_id, why="no such task")
             return
@@ -208,7 +214,9 @@ class WorkerRuntime:
         # it: a claim or completion the primary acknowledged and then lost shows here).
         log.info("task.claimed", job_id=job_id, task_id=task_id, token=claimed.claim.token,
                  attempt=claimed.task.attempt)  # fmt: skip
-        run = TaskRun(self.state, claimed.job, claimed.task, claimed.claim, lease)
+        run = TaskRun(
+            self.state, claimed.job, claimed.task, claimed.claim, lease, opened=claimed.opened
+        )
         try:
             try:
                 if claimed.job.scenario is Scenario.AGENTS:

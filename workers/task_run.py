@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from shared_state import Child, Claim, Job, State, Task
 from shared_state.backoff import Failure
+from shared_state.tasks import Opened
 
 from .lease import Lease
 
@@ -32,6 +33,7 @@ class TaskRun:
     task: Task
     claim: Claim
     lease: Lease
+    opened: Opened | None = None  # the run's records, when its claim opened it
 
     def check(self) -> None:
         """Raise LeaseLost if this worker no longer owns the task."""

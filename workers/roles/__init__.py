@@ -26,7 +26,7 @@ from .gates import APPROVABLE
 from .planner import Planner
 from .reviewer import Reviewer
 from .subagent import Subagent
-from .task import AgentTask, opening_of
+from .task import AgentTask, opening_of, opening_reads
 from .task_input import TaskInput
 
 ROLES: dict[Role, type[AgentTask]] = {
@@ -65,4 +65,4 @@ def _agent(task_run: TaskRun, choice: ProviderChoice, worker: str) -> AgentTask:
     return cls(task_run, choice, worker, opening)
 
 
-__all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "perform", "run"]
+__all__ = ["APPROVABLE", "ROLES", "AgentTask", "TaskInput", "opening_reads", "perform", "run"]

@@ -24,13 +24,15 @@ from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from redis.client import Pipeline
 
-from shared_state import ArtifactRef, BudgetExceeded, Role, Trust
+from shared_state import ArtifactRef, BudgetExceeded, Job, Role, State, Trust
 from shared_state.errors import MemoryRefused
 from shared_state.memory import Claim, MemoryContext, Scope, ScopeKind, SourceKind
 from shared_state.memory.files import PROJECT_MEMORY
-from shared_state.records import Opening
+from shared_state.records import Opening, opening_from
 from shared_state.redact import redact
+from shared_state.scripts import Reads
 from shared_state.workspace import Workspace
 
 from ..agent import AgentLimits, AgentLoop, AgentOutcome
@@ -101,26 +103,53 @@ def _first_shown(job_id: str, ids: str) -> bool:
 
 def memory_context(run: TaskRun, worker: str) -> MemoryContext:
     """Whose memory a run reads and writes: its job's tenant and user."""
+    return _memory_of(run.job, run.task.task_id, worker)
+
+
+def _memory_of(job: Job, task_id: str, worker: str) -> MemoryContext:
     return MemoryContext(
-        tenant=run.job.tenant,
-        user=run.job.user,
-        job=run.task.job_id,
-        task=run.task.task_id,
-        actor=worker,
+        tenant=job.tenant, user=job.user, job=job.job_id, task=task_id, actor=worker
     )
+
+
+def opening_reads(state: State, job: Job, task_id: str) -> Reads:
+    """What a run of ``job``'s task reads outside its job as it starts, queued on a
+    pipeline: the tenant's AGENTS.md, and where its memory stands (``Recall.probe``, for
+    ``recalled``)."""
+    document = state.memory_files.key_of(_memory_of(job, task_id, ""), PROJECT_MEMORY)
+    recall = state.recall()
+
+    def reads(pipe: Pipeline) -> None:
+        pipe.hget(document, "content")
+        recall.probe(pipe, job.tenant, job.goal)
+
+    return reads
 
 
 def opening_of(run: TaskRun) -> Opening:
     """The run's records, read once and together: its checkpoint, journal and input, the
-    tenant's AGENTS.md (None: there is none) and where the tenant's memory stands."""
-    document = run.state.memory_files.key_of(memory_context(run, ""), PROJECT_MEMORY)
-    recall = run.state.recall()
-    opening = run.state.records(run.task.job_id).opening(
-        run.task.task_id,
-        run.task.input,
-        document,
-        also=lambda pipe: recall.probe(pipe, run.job.tenant, run.job.goal),  # for ``recalled``
-    )
+    tenant's AGENTS.md (None: there is none) and where the tenant's memory stands.
+
+    A run its claim opened (``TaskStore.claim``'s ``open_run``) has them all from the
+    claim's round trip; the reads outside its job too, unless the job was new to the
+    process (its tenant unknown before the claim), when they take one more."""
+    opened = run.opened
+    if opened is not None:
+        read = opened.read
+        if read is None:
+            pipe = run.state.client.pipeline(transaction=False)
+            opening_reads(run.state, run.job, run.task.task_id)(pipe)
+            read = tuple(pipe.execute())
+        opening = opening_from(opened, run.task.task_id, read[0], read[1:])
+    else:
+        document = run.state.memory_files.key_of(memory_context(run, ""), PROJECT_MEMORY)
+        recall = run.state.recall()
+        opening = run.state.records(run.task.job_id).opening(
+            run.task.task_id,
+            run.task.input,
+            document,
+            also=lambda pipe: recall.probe(pipe, run.job.tenant, run.job.goal),
+        )
     if run.task.input and opening.input is None:  # redacted to a copy by a forget: the store
         text = run.state.artifacts(run.task.job_id).text(run.task.input)  # follows it
         opening = opening.model_copy(update={"input": text})

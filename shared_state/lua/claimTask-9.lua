@@ -12,6 +12,10 @@
   retry after a lost reply) while its lease is live returns the same claim,
   its lease counted again from now.
 
+  A claim may open its run too (ARGV[7]): the records a run starts from come
+  back with it — its checkpoint, its own journal entries and its input's
+  text — so that starting a run is one round trip, not a claim and then a read.
+
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
   KEYS[3] job event stream rf:{job}:events
@@ -19,6 +23,10 @@
   KEYS[5] queued index     rf:{job}:queued   (zset task_id -> queued since ms)
   KEYS[6] task set         rf:{job}:tasks
   KEYS[7] retries index    rf:{job}:retries  (zset task_id -> due ms)
+  KEYS[8] checkpoints      rf:{job}:checkpoints (hash task_id -> its last checkpoint)
+  KEYS[9] journal          rf:{job}:journal  (hash "<task_id>:<target>:<stage>" -> entry)
+  The input artifact's hash, rf:{job}:artifact:<input>, is named from the task's
+  `input` (the job's tag: the same slot as KEYS).
 
   ARGV[1] worker id
   ARGV[2] lease length in ms
@@ -26,10 +34,14 @@
           seen the job yet), else ''
   ARGV[4..6] the backoff of a retry after taking over an expired lease: base
           ms, cap ms, jitter in [0, 1) (failAttempt)
+  ARGV[7] '1' to open the run: the reply carries its records (below), else ''
 
   Returns {code, data, events}
      1  claimed; data = task (the task's hash after the claim), resumes (the
-        job's resume count), and job (the job's hash) when asked for
+        job's resume count), and job (the job's hash) when asked for; when
+        the run is opened, journal (the task's entries, as HGETALL gives
+        them), checkpoint (absent: none) and input (its input artifact's
+        content; absent: no input, or one a forget redacted to a copy)
     -1  no such task
     -2  not claimable; data = status, owner, lease_until, not_before (a retry
         not yet due: the reaper delivers it then)
@@ -44,6 +56,7 @@
 
 local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local worker, leaseMs, withJob = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local opening = ARGV[7] == '1'
 
 -- Only what the decision needs is read first: most refused claims (duplicate
 -- deliveries, racing workers) end after one small read and TIME.
@@ -52,12 +65,36 @@ local function row()
     'attempt', 'role', 'not_before')
 end
 
-local function claimed()
+-- The run's records, into ``data``: its checkpoint, its own journal entries (the
+-- journal holds the whole job's: only the task's go back) and its input's text.
+local function open(data, task, taskId)
+  data.checkpoint = redis.call('HGET', KEYS[8], taskId) or nil
+  local prefix, entries, all = taskId .. ':', {}, redis.call('HGETALL', KEYS[9])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #prefix) == prefix then
+      entries[#entries + 1] = all[i]
+      entries[#entries + 1] = all[i + 1]
+    end
+  end
+  data.journal = entries
+  for i = 1, #task, 2 do
+    if task[i] == 'input' and task[i + 1] ~= '' then
+      local tag = string.match(KEYS[2], '^([^{]*{[^}]*}:)job$')
+      local a = redis.call('HMGET', tag .. 'artifact:' .. task[i + 1], 'content', 'redacted_to')
+      if a[1] and not a[2] then data.input = a[1] end
+    end
+  end
+end
+
+local function claimed(taskId)
   local job = withJob and redis.call('HGETALL', jobKey) or nil
   -- Always: a resumed job has a new spec (goal, constraints), and a worker that
   -- kept the old one must know to read it again.
   local round = tonumber(redis.call('HGET', jobKey, 'resumes') or '0')
-  return reply(1, {task = redis.call('HGETALL', taskKey), job = job, resumes = round})
+  local task = redis.call('HGETALL', taskKey)
+  local data = {task = task, job = job, resumes = round}
+  if opening then open(data, task, taskId) end
+  return reply(1, data)
 end
 
 local wrong = sameJob()
@@ -97,7 +134,7 @@ if status == 'claimed' then
     local leaseUntil = now + leaseMs
     redis.call('HSET', taskKey, 'lease_until', leaseUntil)
     redis.call('ZADD', leasesKey, leaseUntil, taskId)
-    return claimed()
+    return claimed(taskId)
   end
   local outcome, delay = failAttempt('lease expired (owner ' .. owner .. ')', now, false, job,
     backoffArgs(4))
@@ -123,4 +160,4 @@ if job.status == 'queued' then
 end
 emit(stream, job.maxlen, {'event', 'task.claimed', 'task_id', taskId, 'role', t[7],
   'worker', worker, 'token', token, 'lease_until', leaseUntil, 'attempt', t[6]})
-return claimed()
+return claimed(taskId)
