@@ -108,10 +108,15 @@ def test_a_tick_carries_the_slots_rq_heartbeats_so_an_idle_slot_sends_none(
             worker_ttl=slots.RQ_WORKER_TTL_S, stop=threading.Event(), waiting=threading.Event(),
             commands=False, beats=beat.rq_workers,
         )  # fmt: skip
-        worker.register_birth()  # as RQ's loop does before its first dequeue
-        beat.rq_workers.add(f"w1/{i}", worker)
+        beat.rq_workers.add(f"w1/{i}", worker)  # as ``serve`` does, before RQ's loop starts
         workers.append(worker)
     beat.tick()  # the first: the heartbeat's client connects
+    # A tick between a slot's start and its RQ worker's birth writes no record of it: RQ
+    # would take one for a live worker of that name, and refuse the birth.
+    assert not any(state.client.exists(w.key) for w in workers)
+    for worker in workers:
+        worker.register_birth()  # as RQ's loop does before its first dequeue
+    beat.tick()
     born = _stored_beats(state, workers)
     assert all(born)  # the births' own, not due again yet
 

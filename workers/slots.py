@@ -133,14 +133,18 @@ class SlotBeats:
 
     def queue(self, pipe: Pipeline, interval_s: float) -> int:
         """Queue on ``pipe`` the heartbeat of each slot that, without one now, could be
-        due by its own reckoning before the next tick (``interval_s`` away); how many."""
+        due by its own reckoning before the next tick (``interval_s`` away); how many.
+
+        Not of an RQ worker whose birth is not recorded yet (RQ's birth sets its first
+        heartbeat): a record the tick made first would read to RQ as a live worker of
+        that name, and refuse the birth."""
         due_at = max(0.0, RQ_HEARTBEAT_EVERY_S - interval_s - _BEAT_MARGIN_S)
         with self._lock:
             workers = list(self._workers.values())
         queued = 0
         for worker in workers:
             last = worker.last_heartbeat
-            if last is None or (rq_now() - last).total_seconds() >= due_at:
+            if last is not None and (rq_now() - last).total_seconds() >= due_at:
                 worker.heartbeat(None, pipe)
                 queued += 1
         return queued
