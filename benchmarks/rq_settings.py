@@ -13,7 +13,7 @@ RQ's defaults to the fleet's envelope, one step a row:
                          a description `rq info` shows
   slot, RQ's own paths   ``workers.slots.SlotWorker`` with each of its changes
                          undone: RQ's behaviour, the fleet's class (a check)
-  + heartbeat throttled  RQ's extra worker heartbeats at most every 10 s, in one
+  + heartbeat throttled  RQ's extra worker heartbeats at most every 30 s, in one
                          round trip
   + state written once   "busy" and "idle" written once a job, not twice
   + suspension by tick   ``rq suspend`` looked for by the process's heartbeat, not

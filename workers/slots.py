@@ -66,10 +66,10 @@ RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
 _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
 _BEAT_MARGIN_S = 1.0  # a tick may run late by this much and still come first
 # RQ heartbeats a worker up to five times a job, each an HSET and two EXPIREs sent one
-# by one, and the key lives worker_ttl + 60 s. A slot sends its heartbeats at most this
-# often, each in one round trip; and while the process's heartbeat tick sends them for
-# every slot (``SlotBeats``), a slot sends none of its own.
-RQ_HEARTBEAT_EVERY_S = 10.0
+# by one, and the key lives worker_ttl + 60 s (95). A slot's record is beaten at most
+# this often, each beat in one round trip; and while the process's heartbeat tick sends
+# them for every slot (``SlotBeats``), a slot sends none of its own.
+RQ_HEARTBEAT_EVERY_S = 30.0
 
 
 class _LeaseDecides(BaseDeathPenalty):
