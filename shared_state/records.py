@@ -55,7 +55,8 @@ class JournalEntry(BaseModel):
 
 
 class Opening(BaseModel):
-    """What a task run starts from, read in one round trip (``Records.opening``)."""
+    """What a task run starts from, read in one round trip: its claim's (``opening_from``)
+    or one of its own (``Records.opening``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -79,18 +80,18 @@ def _of_task(journal: dict[bytes, bytes], task_id: str) -> dict[str, JournalEntr
 
 
 def opening_from(
-    claimed: Opened, task_id: str, document: bytes | None, also: Sequence[Any]
+    opened: Opened, task_id: str, document: bytes | None, also: Sequence[Any]
 ) -> Opening:
     """The ``Opening`` of a run its claim opened (``TaskStore.claim(open_run=...)``), with
     the document and the ``also`` replies read along."""
     return Opening(
-        checkpoint=claimed.checkpoint,
+        checkpoint=opened.checkpoint,
         journal={  # the claim sent the task's own entries only
             e.key: e
-            for e in map(JournalEntry.model_validate_json, claimed.journal.values())
+            for e in map(JournalEntry.model_validate_json, opened.journal.values())
             if e.task_id == task_id
         },
-        input=claimed.input,
+        input=opened.input,
         document=document.decode() if document is not None else None,
         also=tuple(also),
     )

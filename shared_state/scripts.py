@@ -222,7 +222,14 @@ class Runner:
         trip, after the script; their replies in order (an error reply in its place). Reads
         are sent once: a send again (the script's NOSCRIPT, an unacknowledged write) is the
         script's alone."""
-        (result,), read = self._run([(name, job_id, keys, args)], reads)
+        queued: list[Any] = []
+        if reads is not None:
+            # Queued first, on a pipeline of their own: the caller's code raising here
+            # leaves the mirror batch and the riders where they were.
+            scratch = self.client.pipeline(transaction=False)
+            reads(scratch)
+            queued = list(scratch.command_stack)
+        (result,), read = self._run([(name, job_id, keys, args)], queued)
         if isinstance(result, Exception):
             raise result
         return result, read
@@ -266,10 +273,10 @@ class Runner:
         return answers
 
     def _run(
-        self, calls: list[Call], reads: Reads | None = None
+        self, calls: list[Call], reads: list[Any] | None = None
     ) -> tuple[list[ScriptResult | redis.ResponseError], list[Any]]:
         """``calls``' answers, after this thread's riders (sent first and checked here), and
-        the replies to ``reads``."""
+        the replies to ``reads`` (commands a pipeline queued, sent after them)."""
         riders = self._riders()
         taken, riders[:] = riders[:], []
         if not taken and not calls:
@@ -285,7 +292,7 @@ class Runner:
         return answers[len(taken) :], read
 
     def _send_all(
-        self, calls: list[Call], reads: Reads | None = None
+        self, calls: list[Call], reads: list[Any] | None = None
     ) -> tuple[list[ScriptResult | redis.ResponseError], list[Any]]:
         pending = self.events.take_batch()
         started = time.monotonic()
@@ -354,17 +361,15 @@ class Runner:
         return rest
 
     def _call_many(
-        self, calls: list[Call], pending: list, reads: Reads | None = None
+        self, calls: list[Call], pending: list, reads: list[Any] | None = None
     ) -> tuple[list[Any], bool, list[Any]]:
         """The scripts' replies, whether the replicas asked for acknowledged them, and the
-        replies to ``reads`` (queued after the scripts, before the acknowledgement)."""
+        replies to ``reads`` (sent after the scripts, before the acknowledgement)."""
         pipe = self._pipeline(pending)
         for name, _, keys, args in calls:
             evalsha(pipe, name, keys, args)
-        scripted = len(pipe)
-        if reads is not None:
-            reads(pipe)
-        queued = len(pipe) - scripted
+        queued = len(reads or ())
+        pipe.command_stack.extend(reads or ())
         self._durable(pipe)
         replies, acked = self._acks(self._send(pipe, pending))
         read = replies[len(replies) - queued :] if queued else []

@@ -58,7 +58,7 @@ class Opened:
 
     checkpoint: str | None  # the task's last checkpoint (JSON), if any
     journal: dict[str, str]  # the task's journal entries: key -> entry (JSON)
-    input: str | None  # its input artifact's text; None: no input, or one a forget redacted
+    input: str | None  # its input artifact's text; None: none, gone, or one a forget redacted
     read: tuple[Any, ...] | None  # the replies to the reads that rode along; None: none did
 
 
@@ -116,13 +116,15 @@ class TaskStore:
         With ``open_run``, the claim opens the run too (``Claimed.opened``): the
         task's checkpoint, journal and input come back with it, and so do the
         replies to the reads ``open_run`` queues for the job, when this store
-        knows the job already — a run starts in one round trip.
+        knows the job already — a run starts in one round trip. For a job it
+        knows, ``open_run`` returning None says its runs need no opening.
         """
         job = self._jobs.get(job_id)
+        reads = open_run(job) if open_run is not None and job is not None else None
+        opening = open_run is not None and (job is None or reads is not None)
         # An expired lease taken over here is a lost worker's: its retry backs off as such.
         args = [worker, lease_ms, "" if job else "1", *retry_args(Failure.LOST)]
-        args.append("1" if open_run is not None else "")
-        reads = open_run(job) if open_run is not None and job is not None else None
+        args.append("1" if opening else "")
         res, read = self.runner.run_reading(
             "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args, reads
         )
@@ -135,7 +137,7 @@ class TaskStore:
             raw = res.data.get("job") or _decoded(self.client.hgetall(keys.job(job_id)))
             job = self._keep_job(Job.model_validate(raw))
         opened = None
-        if open_run is not None:
+        if opening:
             opened = Opened(
                 checkpoint=res.data.get("checkpoint"),
                 journal=res.data["journal"],

@@ -144,6 +144,17 @@ def test_a_tick_carries_the_slots_rq_heartbeats_so_an_idle_slot_sends_none(
     after = _stored_beats(state, workers)
     assert [i for i in range(SLOTS) if after[i] != first[i]] == [3]
 
+    # A tick that got no answer leaves the beats it carried due: the next one sends them.
+    _age(workers[7:8], slots.RQ_HEARTBEAT_EVERY_S)
+    proxy.drop_reply(b"last_heartbeat")
+    beat.tick()
+    assert not beat._reachable
+    assert (rq_now() - workers[7].last_heartbeat).total_seconds() >= slots.RQ_HEARTBEAT_EVERY_S
+    sent = state.client.hget(workers[7].key, "last_heartbeat")  # it did arrive, unanswered
+    beat.tick()
+    assert beat._reachable
+    assert state.client.hget(workers[7].key, "last_heartbeat") != sent
+
     # A slot's RQ worker that ended (its death recorded, its record kept a minute) is
     # never kept longer by a tick.
     workers[5].teardown()

@@ -235,8 +235,10 @@ def test_a_run_its_claim_opens_starts_in_one_round_trip_with_the_records_a_read_
         opening = opening_of(run)
         return opening, proxy.requests - reads
 
-    _, trips = opened(first)
+    bare, trips = opened(first)
     assert trips == 2  # a job new to the process: its tenant is known after the claim
+    assert bare.checkpoint is None and bare.input is None and bare.journal == {}
+    assert bare.document == "# Rules\n"
     opening, trips = opened(mine)
     assert trips == 1
     assert opening.checkpoint == '{"n": 1}' and opening.input == "the brief"

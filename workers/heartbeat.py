@@ -253,7 +253,7 @@ class Heartbeat(threading.Thread):
         pipe.exists(WORKERS_SUSPENDED)
         if pending:
             events.queue_mirror(pipe, pending)
-        self.rq_workers.queue(pipe, self.interval_s)
+        beaten = self.rq_workers.queue(pipe, self.interval_s)
         for phase, micros in spent.items():
             pipe.hincrby(keys.METRICS, f"cpu_us|{phase}", micros)
         try:
@@ -261,6 +261,7 @@ class Heartbeat(threading.Thread):
         except ConnectionFailed:
             events.defer_mirrored(pending)  # as the script runner does: the next tick sends them
             CLOCK.give_back(spent)
+            self.rq_workers.unsent(beaten)
             raise
         if suspended:
             self.suspended.set()

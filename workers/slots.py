@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from datetime import datetime
 from typing import Protocol
 
 import redis
@@ -125,29 +126,38 @@ class SlotBeats:
             self._workers[slot] = worker
 
     def remove(self, worker: SlotWorker) -> None:
-        """Before ``worker`` records its death: no tick may bring its record back."""
+        """Before ``worker`` records its death (or as its loop ends): no later tick beats it.
+        (One already on its way may still reach its dead record, which then lives 95 s
+        instead of 60: a birth under that name is still allowed.)"""
         with self._lock:
             for slot, known in list(self._workers.items()):
                 if known is worker:
                     del self._workers[slot]
 
-    def queue(self, pipe: Pipeline, interval_s: float) -> int:
+    def queue(self, pipe: Pipeline, interval_s: float) -> list[tuple[SlotWorker, datetime]]:
         """Queue on ``pipe`` the heartbeat of each slot that, without one now, could be
-        due by its own reckoning before the next tick (``interval_s`` away); how many.
+        due by its own reckoning before the next tick (``interval_s`` away): each with
+        the heartbeat it had before, for ``unsent``.
 
-        Not of an RQ worker whose birth is not recorded yet (RQ's birth sets its first
-        heartbeat): a record the tick made first would read to RQ as a live worker of
-        that name, and refuse the birth."""
+        Only of an RQ worker whose birth is recorded: a record a tick made first would
+        read to RQ as a live worker of that name, and refuse the birth."""
         due_at = max(0.0, RQ_HEARTBEAT_EVERY_S - interval_s - _BEAT_MARGIN_S)
         with self._lock:
             workers = list(self._workers.values())
-        queued = 0
+        queued = []
         for worker in workers:
             last = worker.last_heartbeat
-            if last is not None and (rq_now() - last).total_seconds() >= due_at:
-                worker.heartbeat(None, pipe)
-                queued += 1
+            if worker.born and last is not None and (rq_now() - last).total_seconds() >= due_at:
+                worker.heartbeat(None, pipe)  # which takes now for its last heartbeat
+                queued.append((worker, last))
         return queued
+
+    @staticmethod
+    def unsent(queued: list[tuple[SlotWorker, datetime]]) -> None:
+        """The tick that carried ``queued`` failed: each slot's last heartbeat is the one
+        it had, so that the slot, or the next tick, sends one."""
+        for worker, last in queued:
+            worker.last_heartbeat = last
 
 
 class SlotWorker(SimpleWorker):
@@ -183,10 +193,15 @@ class SlotWorker(SimpleWorker):
         self.drained = False
         self._starting: Pipeline | None = None  # ``prepare_execution``'s writes, not yet sent
         self._written: str | None = None  # the state last written to RQ's record of the slot
+        self.born = False  # its birth recorded: its record is there to beat (``SlotBeats``)
         super().__init__(*args, **kwargs)
 
     def _install_signal_handlers(self) -> None:
         pass  # signals reach the main thread only (``runtime``), which sets ``stopping``
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        self.born = True
 
     def subscribe(self) -> None:
         if self.commands:
@@ -422,6 +437,9 @@ def serve(
                 error = str(exc)
             except StopRequested:
                 pass  # stopped before RQ's loop was entered: ``stop`` is set
+            finally:
+                if beats is not None and rq_worker is not None:
+                    beats.remove(rq_worker)  # its loop is over, its death recorded or not
             if stop.is_set() or (rq_worker is not None and rq_worker.drained):
                 return
             if time.monotonic() - started > _STEADY_S:

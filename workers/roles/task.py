@@ -132,7 +132,8 @@ def opening_of(run: TaskRun) -> Opening:
 
     A run its claim opened (``TaskStore.claim``'s ``open_run``) has them all from the
     claim's round trip; the reads outside its job too, unless the job was new to the
-    process (its tenant unknown before the claim), when they take one more."""
+    process (its tenant unknown before the claim) or resumed since it last saw it,
+    when they take one more."""
     opened = run.opened
     if opened is not None:
         read = opened.read
@@ -140,6 +141,9 @@ def opening_of(run: TaskRun) -> Opening:
             pipe = run.state.client.pipeline(transaction=False)
             opening_reads(run.state, run.job, run.task.task_id)(pipe)
             read = tuple(pipe.execute())
+        failed = next((r for r in read if isinstance(r, Exception)), None)
+        if failed is not None:  # as a read of its own would have raised it
+            raise failed
         opening = opening_from(opened, run.task.task_id, read[0], read[1:])
     else:
         document = run.state.memory_files.key_of(memory_context(run, ""), PROJECT_MEMORY)
