@@ -109,12 +109,12 @@ class SlotBeats:
     """The RQ records of a process's slots, kept alive from its heartbeat tick.
 
     RQ heartbeats each worker from its own loop: a slot waiting in its dequeue
-    wakes every dequeue timeout to send one, a round trip per idle slot. The
-    process's heartbeat thread makes a round trip a tick anyway; it carries
-    the heartbeats of every slot that is due (``queue``), so an idle fleet
-    costs Redis a round trip per process a tick, not one per slot. A slot's
-    own heartbeat still goes out whenever the ticks have not sent one for
-    ``RQ_HEARTBEAT_EVERY_S`` (Redis was away, or the tick is slower).
+    woke every dequeue timeout to send one, a round trip of its own beside the
+    dequeue's. The process's heartbeat thread makes a round trip a tick
+    anyway; it carries the heartbeats of every slot that is due (``queue``),
+    so a slot's heartbeats cost no round trip of their own. A slot still sends
+    its own when the ticks have not sent one for ``RQ_HEARTBEAT_EVERY_S``
+    (Redis was away, or the ticks are further apart than that).
     """
 
     def __init__(self) -> None:
