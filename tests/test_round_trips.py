@@ -215,8 +215,11 @@ def test_a_run_its_claim_opens_starts_in_one_round_trip_with_the_records_a_read_
         root.claim, "review", [Child(Role.CODER, "a"), Child(Role.CODER, "b", input=brief.id),
                                Child(Role.CODER, "c")],
     )  # fmt: skip
-    entries = [JournalEntry(key=f"{t}:bump x#0:start", task_id=t, tool="bump",
-                            status=EffectStatus.DONE) for t in (mine, other)]  # fmt: skip
+    # Its own entry, another task's, and one whose key only starts with its id.
+    entries = [
+        JournalEntry(key=f"{t}:bump x#0:start", task_id=t, tool="bump", status=EffectStatus.DONE)
+        for t in (mine, other, f"{mine}x")
+    ]
     state.client.hset(
         keys.journal(job.job_id), mapping={e.key: e.model_dump_json() for e in entries}
     )

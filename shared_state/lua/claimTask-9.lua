@@ -65,17 +65,26 @@ local function row()
     'attempt', 'role', 'not_before')
 end
 
--- The run's records, into ``data``: its checkpoint, its own journal entries (the
--- journal holds the whole job's: only the task's go back) and its input's text.
+-- The run's records, into ``data``: its checkpoint, its own journal entries and its
+-- input's text. The journal holds the whole job's entries: the task's are matched by
+-- their keys' prefix in the server's own scan (HSCAN MATCH), not copied here one by one
+-- (a scan may give an entry twice: each is kept once).
 local function open(data, task, taskId)
   data.checkpoint = redis.call('HGET', KEYS[8], taskId) or nil
-  local prefix, entries, all = taskId .. ':', {}, redis.call('HGETALL', KEYS[9])
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then
-      entries[#entries + 1] = all[i]
-      entries[#entries + 1] = all[i + 1]
+  local pattern = string.gsub(taskId, '([%*%?%[%]\\])', '\\%1') .. ':*'
+  local seen, entries, cursor = {}, {}, '0'
+  repeat
+    local page = redis.call('HSCAN', KEYS[9], cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = page[1]
+    for i = 1, #page[2], 2 do
+      local key = page[2][i]
+      if not seen[key] then
+        seen[key] = true
+        entries[#entries + 1] = key
+        entries[#entries + 1] = page[2][i + 1]
+      end
     end
-  end
+  until cursor == '0'
   data.journal = entries
   for i = 1, #task, 2 do
     if task[i] == 'input' and task[i + 1] ~= '' then
