@@ -15,11 +15,10 @@ successor started.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import keys
@@ -55,8 +54,8 @@ class JournalEntry(BaseModel):
 
 
 class Opening(BaseModel):
-    """What a task run starts from, read in one round trip: its claim's (``opening_from``)
-    or one of its own (``Records.opening``)."""
+    """What a task run starts from: what its claim sent back (or ``Records.opened`` read),
+    with the reads outside its job (``opening_from``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -82,8 +81,9 @@ def _of_task(journal: dict[bytes, bytes], task_id: str) -> dict[str, JournalEntr
 def opening_from(
     opened: Opened, task_id: str, document: bytes | None, also: Sequence[Any]
 ) -> Opening:
-    """The ``Opening`` of a run its claim opened (``TaskStore.claim(open_run=...)``), with
-    the document and the ``also`` replies read along."""
+    """The ``Opening`` of a run from its records (``Opened``: its claim's, or
+    ``Records.opened``) and the reads outside its job: the document and the ``also``
+    replies."""
     return Opening(
         checkpoint=opened.checkpoint,
         journal={  # the claim sent the task's own entries only
@@ -114,39 +114,26 @@ class Records:
         """A task's journal entries by key, in no particular order."""
         return _of_task(self.client.hgetall(keys.journal(self.job_id)), task_id)
 
-    def opening(
-        self,
-        task_id: str,
-        input_id: str = "",
-        document_key: str = "",
-        also: Callable[[redis.client.Pipeline], object] | None = None,
-    ) -> Opening:
-        """A task's checkpoint, its journal and its input's text, in one round trip (the
-        job's journal is read whole: its entries are not indexed by task); with the
-        ``content`` of the hash at ``document_key`` (a memory file: the tenant's AGENTS.md)
-        and the reads ``also`` queues (a recall's ``probe``)."""
+    def opened(self, task_id: str, input_id: str = "") -> Opened:
+        """A task's checkpoint, its journal entries and its input's text, in one round trip,
+        as a claim that opens the run sends them back (``TaskStore.claim``): for a run
+        whose claim did not. The job's journal is read whole (its entries are not indexed
+        by task) and the task's are taken by their keys' prefix."""
         pipe = self.client.pipeline(transaction=False)
-        if also is not None:
-            also(pipe)
-        extra = len(pipe)
         pipe.hget(keys.checkpoints(self.job_id), task_id)
         pipe.hgetall(keys.journal(self.job_id))
-        if document_key:
-            pipe.hget(document_key, "content")
         if input_id:
             pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
-        replies = pipe.execute()
-        saved, journal, *rest = replies[extra:]
-        document = rest.pop(0) if document_key else None
+        saved, journal, *rest = pipe.execute()
+        prefix = f"{task_id}:".encode()
         text = None
         if rest and rest[0][0] is not None and rest[0][1] is None:
             text = rest[0][0].decode()
-        return Opening(
+        return Opened(
             checkpoint=saved.decode() if saved is not None else None,
-            journal=_of_task(journal, task_id),
+            journal={k.decode(): v.decode() for k, v in journal.items() if k.startswith(prefix)},
             input=text,
-            document=document.decode() if document is not None else None,
-            also=tuple(replies[:extra]),
+            read=None,
         )
 
     def checkpoint(self, task_id: str) -> str | None:

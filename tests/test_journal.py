@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from shared_state import EffectStatus, Fenced, JobSpec, JournalEntry, Role, State, keys
+from shared_state.records import opening_from
 from workers import journal as journal_module
 from workers.errors import Blocked, ToolRefused
 from workers.heartbeat import Heartbeat
@@ -173,7 +174,7 @@ def test_a_run_parses_only_its_own_entries_of_the_jobs_journal(state: State) -> 
         mapping={lookalike.key: lookalike.model_dump_json(), "c-9:bump x#1:start": "not JSON"},
     )
     assert list(records.journal(task)) == [mine]
-    assert list(records.opening(task).journal) == [mine]
+    assert list(opening_from(records.opened(task), task, None, ()).journal) == [mine]
     # Its key is its task's, or it is not written: the prefix is what a run reads by.
     with pytest.raises(ValueError, match="is not one of task"):
         records.write(run.claim, journal=[lookalike])

@@ -133,27 +133,19 @@ def opening_of(run: TaskRun) -> Opening:
     A run its claim opened (``TaskStore.claim``'s ``open_run``) has them all from the
     claim's round trip; the reads outside its job too, unless the job was new to the
     process (its tenant unknown before the claim) or resumed since it last saw it,
-    when they take one more."""
-    opened = run.opened
-    if opened is not None:
-        read = opened.read
-        if read is None:
-            pipe = run.state.client.pipeline(transaction=False)
-            opening_reads(run.state, run.job, run.task.task_id)(pipe)
-            read = tuple(pipe.execute())
-        failed = next((r for r in read if isinstance(r, Exception)), None)
-        if failed is not None:  # as a read of its own would have raised it
-            raise failed
-        opening = opening_from(opened, run.task.task_id, read[0], read[1:])
-    else:
-        document = run.state.memory_files.key_of(memory_context(run, ""), PROJECT_MEMORY)
-        recall = run.state.recall()
-        opening = run.state.records(run.task.job_id).opening(
-            run.task.task_id,
-            run.task.input,
-            document,
-            also=lambda pipe: recall.probe(pipe, run.job.tenant, run.job.goal),
-        )
+    when they take one more. A run whose claim did not open it reads its records first."""
+    opened = run.opened or run.state.records(run.task.job_id).opened(
+        run.task.task_id, run.task.input
+    )
+    read = opened.read
+    if read is None:
+        pipe = run.state.client.pipeline(transaction=False)
+        opening_reads(run.state, run.job, run.task.task_id)(pipe)
+        read = tuple(pipe.execute())
+    failed = next((r for r in read if isinstance(r, Exception)), None)
+    if failed is not None:  # as a read of its own would have raised it
+        raise failed
+    opening = opening_from(opened, run.task.task_id, read[0], read[1:])
     if run.task.input and opening.input is None:  # redacted to a copy by a forget: the store
         text = run.state.artifacts(run.task.job_id).text(run.task.input)  # follows it
         opening = opening.model_copy(update={"input": text})
