@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
@@ -50,6 +51,23 @@ def test_the_offline_embedder_is_all_minilm_l6_v2_as_published(embedder: MiniLM)
     published = [0.0676569, 0.0634959, 0.0487131, 0.0793050, 0.0374480]
     assert np.allclose(vector[:5], published, atol=1e-5)
     assert vector.dtype == np.float32 and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+
+
+def test_the_embedders_weights_are_the_files_pages_not_a_copy(embedder: MiniLM) -> None:
+    """Every weight the forward pass reads is a read-only view of the mapped file, so the
+    processes of a machine share one copy of them (none of them copied it to load it)."""
+    embedder.embed(["load"])
+    arrays = [*embedder._embeddings]
+    for layer in embedder._layers:
+        for part in layer:
+            arrays += part if isinstance(part, tuple) else [part]
+    assert len(arrays) == 5 + 6 * 16
+    for array in arrays:
+        assert not array.flags.owndata and not array.flags.writeable
+        base = array
+        while isinstance(base, np.ndarray):
+            base = base.base
+        assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
 
 
 def test_a_paraphrased_question_finds_its_memory_where_keywords_find_nothing(
