@@ -171,6 +171,16 @@ class TokenBudget:
         calls = [("settleTokens", *c) for c in self._settles(reservation, used, cost_usd)]
         self.runner.ride(calls, _raise_error)
 
+    def settle_tenant_with_next_write(
+        self, reservation: Reservation, used: int, cost_usd: float = 0.0
+    ) -> None:
+        """The tenant's part of ``settle`` alone (if the reservation holds a tenant's day),
+        sent with this thread's next write: the call's usage record, which settles the
+        job's part in the same script (``JobUsage.record``'s ``settles``)."""
+        tenant = self._settles(reservation, used, cost_usd)[1:]
+        if tenant:
+            self.runner.ride([("settleTokens", *c) for c in tenant], _raise_error)
+
     def _settles(
         self, reservation: Reservation, used: int, cost_usd: float
     ) -> list[tuple[str, list[str], list[Any]]]:

@@ -344,7 +344,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "mirrorEvents": ("EVENTS", "METRICS"),
     "ownerWrite": _TASK[:5],
     "reapTask": (*_TASK, "retries"),
-    "recordUsage": ("usage", "usage_calls", "job", "job_events"),
+    "recordUsage": ("usage", "usage_calls", "job", "job_events", "budget"),
     "redactArtifact": ("artifact", "artifacts"),  # then the redacted copy's hash
     "redactRecord": (),  # its keys are the record to redact (and a scratch key beside it)
     "redeliverTask": ("task", "job", "job_events", "queued", "retries"),

@@ -49,16 +49,21 @@ class JobUsage:
         cost_usd: float,
         compaction: bool = False,
         event: dict[str, str | int] | None = None,
+        settles: str = "",
     ) -> bool:
         """Count one model call (once, however often the reply is lost and the call re-sent);
         False if it was counted already (or its job is gone).
 
         ``event`` holds the fields of the call's ``model.called`` event (task,
-        worker, step, provider, model, kind), written in the same atomic step.
+        worker, step, provider, model, kind), written in the same atomic step;
+        so is the settlement of ``settles``, the id of the call's reservation in
+        the job's budget (``TokenBudget.reserve``), charged its input and output
+        tokens and its cost.
         """
         call_id = secrets.token_hex(8)
         args = [call_id, input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6)]
-        args += [int(compaction), *(x for pair in (event or {}).items() for x in pair)]
+        args += [int(compaction), settles]
+        args += [x for pair in (event or {}).items() for x in pair]
         where = keys.script_keys("recordUsage", self.job_id)
         res = self.runner.run("recordUsage", self.job_id, where, args)
         return bool(res.data["counted"])

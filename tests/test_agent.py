@@ -115,6 +115,29 @@ def test_a_run_over_openai_wire_survives_429_500_and_a_malformed_call(state: Sta
     assert (budget.used, budget.reserved) == (960 + 21, 0)
 
 
+class _UnsentUsage:
+    """A job's usage sink whose write never reaches Redis (its connection lost for good)."""
+
+    def record(self, **_: object) -> object:
+        raise ConnectionError("lost")
+
+
+def test_a_call_whose_usage_record_was_not_sent_is_settled_with_the_next_write(
+    state: State,
+) -> None:
+    """The usage record settles its call's reservation; when it fails, the settlement is
+    not lost with it: it goes with the thread's next write, once."""
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=100_000))
+    provider = ScriptedProvider(scenario({"text": "done"}), "coder")
+    budget = state.budget(job.job_id)
+    with pytest.raises(ConnectionError):
+        loop(provider, ledger=CallLedger(job=_UnsentUsage()), budget=budget).run(SYSTEM, [])
+    assert budget.state().reserved > 0  # riding: not sent yet
+    state.runner.flush()
+    held = budget.state()
+    assert held.reserved == 0 and held.used > 0
+
+
 def test_the_run_stops_at_the_step_limit() -> None:
     step = {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 1}}]}
     provider = ScriptedProvider(scenario(*[step] * 5), "coder")

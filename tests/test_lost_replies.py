@@ -154,6 +154,38 @@ def test_lost_budget_and_usage_replies_count_once(
     assert len(events_named(state, job.job_id, "model.called")) == 1
 
 
+def test_a_usage_record_settles_its_calls_reservation_once_and_its_tenants_day_beside_it(
+    state: State, remote: State, proxy: FaultProxy
+) -> None:
+    """An answered call's record is one script for the job (usage, event, settlement) with
+    the tenant's settlement riding beside it: its reply lost, it is sent again and every
+    total moves once."""
+    state.spend.set_limit("acme", 1.0)
+    job = state.jobs.submit(JobSpec(goal="g", token_budget=10_000, budget_usd=1, tenant="acme"))
+    budget = remote.budget(job.job_id, "acme")
+    held = budget.reserve(1_000, 0.05)
+    assert held.tenant_key == keys.tenant_spend("acme")
+    budget.settle_tenant_with_next_write(held, 400, 0.01)
+    lose_reply_to(proxy, "recordUsage")
+    usage = remote.usage(job.job_id)
+    usage.record(
+        input_tokens=300, cached_tokens=0, output_tokens=100, cost_usd=0.01, settles=held.id
+    )
+    assert proxy.dropped == 1
+    final = state.budget(job.job_id).state()
+    assert (final.used, final.reserved) == (400, 0)
+    spent = state.client.hmget(keys.budget(job.job_id), "used_usd", "reserved_usd")
+    assert spent == [b"10000", b"0"]
+    day = state.client.hmget(keys.tenant_spend("acme"), "used_usd", "reserved_usd")
+    assert day == [b"10000", b"0"]
+    assert state.usage(job.job_id).get().calls == 1
+    assert len(events_named(state, job.job_id, "model.called")) == 1
+    # A settlement sent after it (the fallback when a record was not sent) changes nothing.
+    budget.settle(held, 400, 0.01)
+    assert state.budget(job.job_id).state().used == 400
+    assert state.client.hget(keys.tenant_spend("acme"), "used_usd") == b"10000"
+
+
 def _sweep_at(state: State, job_id: str) -> int:
     return int(state.client.hget(keys.budget(job_id), "sweep_at"))
 

@@ -10,10 +10,11 @@ stops with a stated reason otherwise — never a crash. Each step is a method:
   it is sent (``BudgetExceeded`` stops it);
 - ``call``: the provider answers;
 - ``settle``: the reservation is settled with the provider's usage (also
-  when the call failed);
+  when the call failed); with a job's ledger, by the call's usage record;
 - ``record``: the call goes into the ledger (and, through it, the job's usage
-  and its ``model.called`` event) with its latency, the bytes of the tool
-  results it delivered and the size of the working state;
+  and its ``model.called`` event, and the settlement, in one script) with its
+  latency, the bytes of the tool results it delivered and the size of the
+  working state;
 - ``act``: the answer ends the run, or its tool calls run, each handed the
   run context and returning a typed ``ToolResult`` whose refs the context
   keeps. A malformed call (arguments that are not JSON, an unknown tool,
@@ -88,6 +89,9 @@ class AgentLoop:
         self.tool_errors = 0
         self.last_error = ""
         self.delivered = 0  # bytes of the tool results the next call carries to the model
+        # The answered call's reservation, tokens used and cost, until its usage record
+        # settles it.
+        self.settling: tuple[Reservation, int, float] | None = None
 
     def run(self, system: str, history: Sequence[Message], *, reference: str = "") -> AgentOutcome:
         self.history, self.tool_errors, self.last_error = list(history), 0, ""
@@ -168,24 +172,36 @@ class AgentLoop:
         price = price_of(response.served_by or self.provider.model)
         cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
         used = u.input_tokens + u.output_tokens
-        if self.ledger.job is not None:  # with the call's usage record, which ``record`` sends
-            self.budget.settle_with_next_write(held, used, cost)
+        if self.ledger.job is not None:
+            # The job's reservation is settled by the call's usage record, which ``record``
+            # sends next (one script); a tenant's day by a settlement riding with it.
+            self.settling = (held, used, cost)
+            self.budget.settle_tenant_with_next_write(held, used, cost)
         else:
             self.budget.settle(held, used, cost)
 
     def record(self, step: int, prompt: Prompt, response: ModelResponse, latency_ms: float) -> None:
-        self.ledger.record_prompt(
-            prompt,
-            step=step,
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            cached_tokens=response.usage.cached_tokens,
-            tool=",".join(c.name for c in response.tool_calls),
-            tool_result_bytes=self.delivered,
-            latency_ms=latency_ms,
-            model=response.served_by,  # a fallback's model, priced as it
-            route=response.route,
-        )
+        settling, self.settling = self.settling, None
+        try:
+            self.ledger.record_prompt(
+                prompt,
+                step=step,
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+                cached_tokens=response.usage.cached_tokens,
+                tool=",".join(c.name for c in response.tool_calls),
+                tool_result_bytes=self.delivered,
+                latency_ms=latency_ms,
+                model=response.served_by,  # a fallback's model, priced as it
+                route=response.route,
+                settles=settling[0].id if settling else "",
+            )
+        except BaseException:
+            # Not recorded (or no answer came): the settlement goes with the next write
+            # instead — once either way, by the reservation's id.
+            if settling is not None and self.budget is not None:
+                self.budget.settle_with_next_write(*settling)
+            raise
         self.delivered = 0
 
     def act(self, step: int, response: ModelResponse) -> AgentOutcome | None:

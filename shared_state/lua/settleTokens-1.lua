@@ -3,7 +3,10 @@
 
   Idempotent per reservation id: the reservation is removed as it is
   settled, so a settle re-sent after a lost reply (or one for a reservation
-  already dropped as expired) changes nothing.
+  already dropped as expired) changes nothing. A call whose usage is
+  recorded settles its job's reservation in recordUsage instead (the same
+  step, `settleHeld`); this settles the rest: a tenant's day, a call that
+  failed, a reservation given back unused.
 
   A tenant's daily budget (a hash with a `day`) starts the day again here too,
   as reserveTokens does: a call settled after midnight is the new day's.
@@ -18,27 +21,15 @@
      1  data = limit, used, reserved, settled (1 when this call settled it, else 0)
 ]]
 --- @include "common"
+--- @include "settle"
 
-local key, field = KEYS[1], 'r:' .. ARGV[1]
+local key = KEYS[1]
 local day = redis.call('HGET', key, 'day')
 if day then
   local today = tostring(math.floor(nowMs() / 86400000))
   if day ~= today then redis.call('HSET', key, 'day', today, 'used', 0, 'used_usd', 0) end
 end
-local held = redis.call('HGET', key, field)
-local settled = false
-if held then
-  local tokens, _, cost = string.match(held, '^(%d+) (%d+) ?(%d*)$')
-  redis.call('HINCRBY', key, 'reserved', 0 - tonumber(tokens))  -- never "-0"
-  redis.call('HINCRBY', key, 'used', tonumber(ARGV[2]))
-  -- (Lua writes minus zero as "-0", which HINCRBY refuses: nothing to give back then.)
-  if cost ~= '' and tonumber(cost) > 0 then
-    redis.call('HINCRBY', key, 'reserved_usd', 0 - tonumber(cost))
-  end
-  redis.call('HINCRBY', key, 'used_usd', tonumber(ARGV[3] or 0))
-  redis.call('HDEL', key, field)
-  settled = true
-end
+local settled = settleHeld(key, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3] or 0))
 local b = redis.call('HMGET', key, 'limit', 'used', 'reserved')
 return reply(1, {limit = tonumber(b[1] or '0'), used = tonumber(b[2] or '0'),
   reserved = tonumber(b[3] or '0'), settled = settled})

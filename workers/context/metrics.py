@@ -92,7 +92,9 @@ def shared_prefix(previous: list[Block], current: list[Block]) -> tuple[int, str
 class UsageSink(Protocol):
     """Where a job's totals are kept (``shared_state.JobUsage`` in Redis).
 
-    ``event`` carries the call's step metrics into its ``model.called`` event.
+    ``event`` carries the call's step metrics into its ``model.called`` event;
+    ``settles`` names the call's reservation in the job's budget, settled in the
+    same write ("": none).
     """
 
     def record(
@@ -104,6 +106,7 @@ class UsageSink(Protocol):
         cost_usd: float,
         compaction: bool = False,
         event: dict[str, str | int] | None = None,
+        settles: str = "",
     ) -> object: ...
 
 
@@ -127,7 +130,7 @@ class CallLedger:
     def _price(self, record: CallRecord) -> Price:
         return price_of(record.model or self.model)
 
-    def _add(self, record: CallRecord) -> CallRecord:
+    def _add(self, record: CallRecord, settles: str = "") -> CallRecord:
         self.calls.append(record)
         if self.job is not None:
             event: dict[str, str | int] = {
@@ -148,6 +151,7 @@ class CallLedger:
                 cost_usd=record.cost_usd(self._price(record)),
                 compaction=record.kind == "compaction",
                 event=event,
+                settles=settles,
             )
         return record
 
@@ -164,9 +168,11 @@ class CallLedger:
         latency_ms: float = 0.0,
         model: str = "",
         route: str = "",
+        settles: str = "",
     ) -> CallRecord:
         """``model``: the model that answered, when not the ledger's (a fallback: priced as
-        it); ``route``: where the call went."""
+        it); ``route``: where the call went; ``settles``: the call's reservation in the
+        job's budget, settled by the job's record of it (with a ``job`` sink)."""
         prefix, bust = shared_prefix(self._last_blocks, prompt.blocks)
         if not self._last_blocks:
             bust = ""
@@ -187,7 +193,7 @@ class CallLedger:
             model="" if model == self.model else model,
             route=route,
         )
-        return self._add(record)
+        return self._add(record, settles)
 
     def record_compaction(
         self, *, step: int, input_tokens: int, output_tokens: int, model: str = ""

@@ -33,6 +33,7 @@ class Meter:
         cost_usd: float,
         compaction: bool = False,
         event: dict[str, str | int] | None = None,
+        settles: str = "",
     ) -> object:
         self.calls += 1
         return self.state.usage(self.task.job_id).record(
@@ -52,4 +53,5 @@ class Meter:
                 **(event or {}),  # the step's metrics, from the ledger (and another model's name)
                 "kind": "compaction" if compaction else "step",
             },
+            settles=settles,
         )

@@ -9,10 +9,16 @@
   after its job was retired gives the keys it touches the job's own expiry;
   one whose job is gone altogether is not recorded (nothing would expire it).
 
+  It settles the call's reservation in the job's budget too (ARGV[7]; as
+  settleTokens does, `settleHeld`): what a call records after its answer is
+  one script, counted once however often it is sent. A tenant's daily budget
+  (another hash tag) is settled beside it by settleTokens.
+
   KEYS[1] usage hash       rf:{job}:usage
   KEYS[2] recorded calls   rf:{job}:usage:calls (set of call ids)
   KEYS[3] job hash         rf:{job}:job
   KEYS[4] job event stream rf:{job}:events
+  KEYS[5] budget hash      rf:{job}:budget
 
   ARGV[1] call id
   ARGV[2] input tokens
@@ -20,7 +26,9 @@
   ARGV[4] output tokens
   ARGV[5] cost in micro-USD (integer)
   ARGV[6] 1 if the call was a compaction (a summarizing call), else 0
-  ARGV[7..] field/value pairs of the model.called event (task_id, worker, step,
+  ARGV[7] the job's reservation this call settles ('' none): its tokens used are
+          the input and output tokens, its money the cost (ARGV[5])
+  ARGV[8..] field/value pairs of the model.called event (task_id, worker, step,
           provider, model, kind), after which the token counts and the cost are added
 
   Returns {code, data, events}
@@ -32,6 +40,7 @@
   Events: model.called (once per call id).
 ]]
 --- @include "common"
+--- @include "settle"
 
 local wrong = sameJob()
 if wrong then return wrong end
@@ -42,6 +51,9 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return reply(1, {counted = false})
 end
 local input = tonumber(ARGV[2])
+if ARGV[7] ~= '' then
+  settleHeld(KEYS[5], ARGV[7], input + tonumber(ARGV[4]), tonumber(ARGV[5]))
+end
 redis.call('HINCRBY', key, 'calls', 1)
 redis.call('HINCRBY', key, 'input_tokens', input)
 redis.call('HINCRBY', key, 'cached_tokens', tonumber(ARGV[3]))
@@ -51,7 +63,7 @@ if ARGV[6] == '1' then redis.call('HINCRBY', key, 'compaction_calls', 1) end
 if input > tonumber(redis.call('HGET', key, 'high_water') or '0') then
   redis.call('HSET', key, 'high_water', input)
 end
-local fields = {'event', 'model.called', unpack(ARGV, 7)}
+local fields = {'event', 'model.called', unpack(ARGV, 8)}
 for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_tokens', 4},
     {'cost_micro_usd', 5}}) do
   fields[#fields + 1] = pair[1]
