@@ -2,8 +2,8 @@
 
 Against a real Redis through the loopback proxy, which counts the reads of
 client bytes it passes on (a pipeline is one): a call's reservation carries
-the last step's checkpoint, and its settlement rides with its usage record,
-so a call costs two round trips whatever it records (four before: the
+the last step's checkpoint, and its usage record settles it (one script), so
+a call costs two round trips whatever it records (four before: the
 reservation, the settlement, the usage, the checkpoint).
 """
 
@@ -49,7 +49,7 @@ from workers.tools import Tool, ToolBox, ToolResult
 
 from .proxy import FaultProxy
 
-ROUND_TRIPS_PER_CALL = 2  # the reservation (with a checkpoint), the settlement with the usage
+ROUND_TRIPS_PER_CALL = 2  # the reservation (with a checkpoint), the usage with its settlement
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 

@@ -97,7 +97,7 @@ class AgentLoop:
         self.history, self.tool_errors, self.last_error = list(history), 0, ""
         self.delivered = 0
         # What a model call records costs two round trips: the reservation (carrying the
-        # last step's checkpoint) before it, the settlement with the usage after it.
+        # last step's checkpoint) before it, the usage record that settles it after it.
         for step in range(1, self.limits.max_steps + 1):
             with CLOCK.phase("build"):
                 prompt = self.build(system, reference)
