@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from shared_state import JobSpec, Role, Scenario, State, Trust, keys
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
+from shared_state.memory.embed import embedded_text
 from shared_state.memory.episodes import record_episode
 
 
@@ -41,8 +44,21 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
     assert f"report {report.id}" in episode.text
     assert set(episode.provenance.derived_from) == {decision.id, fact.id}
     # embedded as it was written, once: no process that recalls it embeds it again
-    vec_model = state.client.hget(keys.memory_item("acme", episode.id), "vec_model")
-    assert vec_model == b"all-MiniLM-L6-v2"
+    stored = state.client.hmget(keys.memory_item("acme", episode.id), "vec_model", "vec")
+    assert stored[0] == b"all-MiniLM-L6-v2"
+    # by what it says, not by the ids it cites (hex means nothing to an embedder, and an
+    # embedding costs what it has tokens)
+    meant = embedded_text(episode.key, episode.text)
+    assert meant == (
+        "Episode (succeeded). Goal: ship the parser\nDecisions:\n"
+        "- use a recursive-descent parser\nFacts:\n- the grammar has 14 rules"
+    )
+    embedder = state.memory.embedder  # what wrote it, as the job retired
+    assert embedder is not None
+    assert (
+        np.frombuffer(stored[1], dtype=np.float32).tobytes()
+        == embedder.embed([meant])[0].astype(np.float32).tobytes()
+    )
     # written once: retiring again adds nothing
     state.jobs.finalize(job.job_id)
     assert len([i for i in store.items(alice, include_expired=True) if i.kind == "episode"]) == 1

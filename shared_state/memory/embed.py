@@ -25,6 +25,7 @@ import json
 import math
 import mmap
 import os
+import re
 import struct
 import threading
 from functools import cache
@@ -46,10 +47,26 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+# An episode (``episodes.py``) names its job, cites each line's source ("[agent, task …]")
+# and lists the job's artifacts, by ids: hex that means nothing to an embedder and was
+# most of an episode's tokens, which is what embedding it costs (~50 ms of CPU at 139
+# tokens, ~16 ms without).
+_EPISODE_JOB = re.compile(r"^Episode of job \S+ ")
+_EPISODE_REFS = re.compile(
+    r"^Artifacts: .*$| \[(?:user|tool|agent|verifier|system), [^\]\n]*\]$", re.MULTILINE
+)
+
+
 def embedded_text(key: str, text: str) -> str:
     """What an item's vector is made of: what it is about and what it says. A key made of
-    the text's digest (``#…``, a claim written without one) means nothing to an embedder."""
-    return text if key.startswith("#") else f"{key} {text}"
+    the text's digest (``#…``, a claim written without one) means nothing to an embedder;
+    nor do an episode's key and ids (its job's, its sources', its artifacts'): its vector
+    is made of its goal, its outcome and what it learned."""
+    if key.startswith("#"):
+        return text
+    if key.startswith("episode."):
+        return _EPISODE_REFS.sub("", _EPISODE_JOB.sub("Episode ", text)).strip()
+    return f"{key} {text}"
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
