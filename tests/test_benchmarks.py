@@ -80,6 +80,11 @@ def test_memory_eval_quick_run_holds_its_checks() -> None:
     assert m["hybrid_paraphrased_recall_at_5"] > 0
     assert m["hybrid_lexical_recall_at_5"] >= m["keyword_lexical_recall_at_5"]
     assert m["hybrid_identifier_recall_at_1"] >= m["keyword_identifier_recall_at_1"]
+    # Episodes are embedded by what they say, without the ids they cite: fewer tokens (what
+    # an embedding costs), and found by meaning.
+    e = doc["episodes"]
+    assert e["as_stored"]["tokens_per_episode"] < e["whole_text"]["tokens_per_episode"]
+    assert e["as_stored"]["paraphrased_recall_at_5"] > 0
 
 
 def test_fleet_scale_quick_run_measures_fleet_a_and_accounts_for_every_call() -> None:
