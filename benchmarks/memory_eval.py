@@ -42,12 +42,13 @@ Deterministic (seeded, no model), one run, a table or ``--json``:
                recall@5 and MRR by keywords (BM25), by meaning (the
                embedder) and by both fused, side by side; and 100 questions
                naming an account id among 300 alike sentences (recall@1).
-  episodes     a job of each fact's topic notes the fact (beside two on-topic
-               distractors) and ends, and as many jobs note distractors only;
-               each fact's two questions ranked by meaning against the
-               episodes' vectors as stored (what an episode says) and against
-               vectors of their whole text, ids included (as before), side by
-               side: recall@1, @5, MRR, tokens and CPU per episode.
+  episodes     a job of each fact's topic notes the fact, stores a report and
+               ends, and as many jobs note an on-topic distractor; each fact's
+               two questions ranked by meaning against the episodes' vectors
+               as stored (what an episode says) and against vectors of their
+               whole text, ids included (as before), side by side: recall@1,
+               @5, MRR, tokens and CPU per episode (the ids are a run's own:
+               the whole text's figures move a little from run to run).
   scale        one tenant of 1,000, 10,000 and 50,000 items: hybrid recall
                latency (p50/p95, wall, and CPU per query), quiet and with
                another process writing 100 items/s; a new process's first

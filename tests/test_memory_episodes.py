@@ -55,10 +55,7 @@ def test_a_finished_job_leaves_an_episode_with_its_decisions_facts_and_artifacts
     )
     embedder = state.memory.embedder  # what wrote it, as the job retired
     assert embedder is not None
-    assert (
-        np.frombuffer(stored[1], dtype=np.float32).tobytes()
-        == embedder.embed([meant])[0].astype(np.float32).tobytes()
-    )
+    assert stored[1] == embedder.embed([meant])[0].astype(np.float32).tobytes()
     # written once: retiring again adds nothing
     state.jobs.finalize(job.job_id)
     assert len([i for i in store.items(alice, include_expired=True) if i.kind == "episode"]) == 1
