@@ -25,7 +25,6 @@ import json
 import math
 import mmap
 import os
-import re
 import struct
 import threading
 from functools import cache
@@ -36,6 +35,7 @@ import httpx
 import numpy as np
 
 from ..errors import MemoryRefused
+from .episodes import EPISODE_KEY, episode_gist
 
 MAX_TOKENS = 256  # all-MiniLM-L6-v2 was trained on up to 256 word pieces; longer is cut
 _BATCH = 32
@@ -47,16 +47,6 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
-# An episode (``episodes.py``) names its job, cites each line's source ("[agent, task …]")
-# and lists the job's artifacts, by ids: hex that means nothing to an embedder and was
-# most of an episode's tokens, which is what embedding it costs (here 45-55 ms of CPU for
-# an episode of 139 tokens, ~19 ms for the 40 left of it).
-_EPISODE_JOB = re.compile(r"^Episode of job \S+ ")
-_EPISODE_REFS = re.compile(
-    r"^Artifacts: .*$| \[(?:user|tool|agent|verifier|system), [^\]\n]*\]$", re.MULTILINE
-)
-
-
 def embedded_text(key: str, text: str) -> str:
     """What an item's vector is made of: what it is about and what it says. A key made of
     the text's digest (``#…``, a claim written without one) means nothing to an embedder;
@@ -64,8 +54,8 @@ def embedded_text(key: str, text: str) -> str:
     is made of its goal, its outcome and what it learned."""
     if key.startswith("#"):
         return text
-    if key.startswith("episode."):
-        return _EPISODE_REFS.sub("", _EPISODE_JOB.sub("Episode ", text)).strip()
+    if key.startswith(EPISODE_KEY):
+        return episode_gist(text)
     return f"{key} {text}"
 
 
