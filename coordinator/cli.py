@@ -12,7 +12,6 @@ and models is printed terminal-safe (see ``text``); ``--json`` keeps it exact.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import os
 import re
@@ -23,26 +22,30 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared_state.models import Role, Scenario
+from shared_state.kinds import Role, Scenario
 from shared_state.names import check_name
 from shared_state.redact import redact
-from workers.llm.choice import Fallback, ProviderChoice, ProviderName
+from workers.llm.names import ProviderName
 
+from .durability import Durability
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR
 from .limits_cli import limits_app
 from .memory_cli import memory_app
-from .settings import Durability, Settings
 from .text import markup_safe, multi_line, one_line
 
 if TYPE_CHECKING:
     import pydantic
 
+    from workers.llm.choice import ProviderChoice
+
     from .api import Client
     from .patch import FileDiff
+    from .settings import Settings
 
-# Each command imports what it runs in its own body (``redfleet --version`` loads no
-# agent runtime, ``status`` no fleet supervisor): only what defines the options is here.
+# Each command imports what it runs in its own body (``redfleet --version`` loads neither
+# pydantic nor the Redis client, ``claims`` no RQ, ``status`` no fleet supervisor): only
+# what defines the options is here, and the options name plain enums.
 
 app = typer.Typer(
     help=(
@@ -68,6 +71,8 @@ app.add_typer(limits_app, name="limits")
 
 def _print_version(value: bool) -> None:
     if value:
+        import importlib.metadata
+
         try:
             version = importlib.metadata.version("redfleet")
         except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
@@ -156,6 +161,14 @@ SummaryModelOpt = Annotated[
 ]
 
 
+def _settings() -> Settings:
+    """The settings from the environment. pydantic-settings loads here, when a command
+    reads them: ``--version`` and ``--help`` never do."""
+    from .settings import Settings
+
+    return Settings()
+
+
 def _check_job_id(job_id: str | None, name: str = "JOB_ID") -> None:
     """A blank job id is an error: ``status ''`` must not mean every job."""
     if job_id is not None and not job_id.strip():
@@ -172,6 +185,7 @@ def _provider_env(
     fallback: list[str] | None = None,
 ) -> tuple[ProviderChoice, tuple[tuple[str, str], ...]]:
     """The provider the options choose, checked now, and the workers' environment for it."""
+    from workers.llm.choice import Fallback, ProviderChoice
     from workers.llm.scripted import load_scenario
 
     from .fleet import provider_env
@@ -301,7 +315,7 @@ def up(
     from .fleet import Fleet, FleetSpec
     from .limits_cli import load_limits
 
-    settings = Settings()
+    settings = _settings()
     if durability is not None:
         settings = settings.model_copy(update={"durability": durability})
     logs.configure(settings.log_level)
@@ -377,7 +391,7 @@ def worker(
     from . import logs
     from .connection import open_state
 
-    settings = Settings()
+    settings = _settings()
     logs.configure(settings.log_level)
     choice = settings.provider_choice()
     if summary_model is not None:
@@ -414,7 +428,7 @@ def reaper_cmd(
     from .connection import open_state
     from .reaper import Reaper
 
-    settings = Settings()
+    settings = _settings()
     logs.configure(settings.log_level)
     stop = threading.Event()
     # The reaper keeps the whole fleet: a --tenant does not narrow what it reaps.
@@ -611,7 +625,7 @@ def submit(
         raise CoordinatorError("--timeout: only with --wait")
     if (include or exclude or check) and workspace is None:
         raise CoordinatorError("--include/--exclude/--check: only with --workspace")
-    settings = Settings()
+    settings = _settings()
     try:
         document = memory_file.read_text(encoding="utf-8") if memory_file else None
     except (OSError, UnicodeDecodeError) as exc:
@@ -728,7 +742,7 @@ def status(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         doc = Client(state).status(job_id) if job_id else views.overview_doc(state, limit)
     if as_json:
         views.print_json(doc)
@@ -747,7 +761,7 @@ def claims(as_json: JsonOpt = False) -> None:
     from . import views
     from .connection import open_state
 
-    with open_state(Settings()) as state:
+    with open_state() as state:
         doc = views.claims_doc(state)
     if as_json:
         views.print_json(doc)
@@ -763,7 +777,7 @@ def workers_cmd(as_json: JsonOpt = False) -> None:
     from . import views
     from .connection import open_state
 
-    with open_state(Settings()) as state:
+    with open_state() as state:
         doc = views.workers_doc(views.visible_workers(state))
     if as_json:
         views.print_json(doc)
@@ -816,7 +830,7 @@ def logs_cmd(
 
     _check_job_id(job_id)
     hide = frozenset() if all_events else frozenset({RENEWED})
-    with open_state(Settings()) as state:
+    with open_state() as state:
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
         keep = None if job_id else state.visible_events()  # --tenant: its jobs' only
@@ -860,7 +874,7 @@ def cancel(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         try:
             Client(state).cancel(job_id)
             already = False
@@ -937,7 +951,7 @@ def resume_cmd(
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
     age_ms = _duration_ms(max_evidence_age, "--max-evidence-age") if max_evidence_age else None
-    settings = Settings()
+    settings = _settings()
     with open_state(settings) as state:
         client = Client(state, settings=settings)
         found, stage = client.resume(
@@ -984,7 +998,7 @@ def handoff_cmd(
     _check_job_id(job_id)
     if markdown and as_json:
         raise CoordinatorError("--markdown and --json: choose one")
-    with open_state(Settings()) as state:
+    with open_state() as state:
         package = Client(state).handoff(job_id)
     if as_json:
         views.print_json(package.model_dump(mode="json"))
@@ -1027,7 +1041,7 @@ def retry(
     _check_job_id(job_id)
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
-    settings = Settings()
+    settings = _settings()
     with open_state(settings) as state:
         client = Client(state, settings=settings)
         requeued = client.retry(job_id, token_budget=token_budget, budget_usd=budget_usd)
@@ -1077,7 +1091,7 @@ def approve(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         Client(state).approve(job_id, task_id, note=note or "", asked=asked)
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "approved"})
@@ -1101,7 +1115,7 @@ def reject(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         Client(state).reject(job_id, task_id, note=note, asked=asked)
     if as_json:
         views.print_json({"job_id": job_id, "task_id": task_id, "decision": "rejected"})
@@ -1142,7 +1156,7 @@ def export_cmd(
     from .export import export_job
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         done = export_job(state, job_id, directory, force=force, verdicts=verdicts, patch=patch)
     if as_json:
         views.print_json({"job_id": job_id, "dir": str(directory), "files": done.files})
@@ -1174,7 +1188,7 @@ def diff_cmd(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         diffs = Client(state).diff(job_id)
     if as_json:
         views.print_json({"job_id": job_id, "files": [dataclasses.asdict(d) for d in diffs]})
@@ -1227,7 +1241,7 @@ def apply_cmd(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         done = Client(state).apply(job_id, repo, branch=branch, three_way=three_way)
     if as_json:
         views.print_json(dataclasses.asdict(done))
@@ -1258,7 +1272,7 @@ def artifacts(
     from .connection import open_state
 
     _check_job_id(job_id)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         refs = Client(state).artifacts(job_id)
     doc = [r.model_dump(mode="json") for r in refs]
     if as_json:
@@ -1296,7 +1310,7 @@ def show(
 
     _check_job_id(job, "--job")
     span = views.parse_lines(lines) if lines else None
-    with open_state(Settings()) as state:
+    with open_state() as state:
         job_id = job or state.locate_artifact(artifact_id)
         store = state.artifacts(job_id)
         ref, text = store.get(artifact_id), store.text(artifact_id)
@@ -1359,7 +1373,7 @@ def dashboard(
     from . import logs
     from .connection import open_state
 
-    settings = Settings()
+    settings = _settings()
     logs.configure(settings.log_level)
     if token is None and settings.dashboard_token is not None:
         token = settings.dashboard_token.get_secret_value() or None
@@ -1426,7 +1440,7 @@ def demo(
     from .demo import run_demo
 
     os.environ.setdefault("REDFLEET_LOG_LEVEL", "warning")  # inherited by the workers
-    settings = Settings()
+    settings = _settings()
     logs.configure(settings.log_level)
 
     def started(job_id: str, url: str, choice: ProviderChoice) -> None:
@@ -1480,7 +1494,7 @@ def server_status(as_json: JsonOpt = False) -> None:
     from . import views
     from .connection import Embedded
 
-    info = Embedded(Settings().home).status()
+    info = Embedded(_settings().home).status()
     doc = {"running": True, **info} if info else {"running": False}
     if as_json:
         views.print_json(doc)
@@ -1503,7 +1517,7 @@ def server_stop(
     from . import views
     from .connection import Embedded
 
-    stopped = Embedded(Settings().home).stop(force=force)
+    stopped = Embedded(_settings().home).stop(force=force)
     if as_json:
         views.print_json({"stopped": stopped})
     else:
@@ -1512,6 +1526,7 @@ def server_stop(
 
 def _validation_message(exc: pydantic.ValidationError) -> str:
     """Each problem as ``where: what``; a setting's ``where`` is its environment variable."""
+    from .settings import Settings
 
     parts = []
     for err in exc.errors():
@@ -1526,7 +1541,7 @@ def _os_error_message(exc: OSError) -> str:
     """``path: reason``; a path in the home also names REDFLEET_HOME."""
     if not isinstance(exc.filename, str):
         return str(exc)
-    home = Settings().home  # valid: every command has read its settings before any file
+    home = _settings().home  # valid: every command has read its settings before any file
     if Path(exc.filename).is_relative_to(home):
         return f"REDFLEET_HOME={home}: cannot use {exc.filename}: {exc.strerror}"
     return f"{exc.filename}: {exc.strerror}"
@@ -1538,11 +1553,6 @@ def main() -> None:
     The line is redacted and made one line: an error may quote a Redis URL
     with its password, or text from a model or a server.
     """
-    import pydantic
-    import redis
-
-    from shared_state.errors import StateError
-
     try:
         try:
             app(prog_name="redfleet")
@@ -1553,13 +1563,31 @@ def main() -> None:
         # `redfleet status | head -1`: the reader has what it wanted; not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    except (StateError, CoordinatorError) as exc:
-        message = str(exc)
-    except pydantic.ValidationError as exc:
-        message = _validation_message(exc)
-    except redis.RedisError as exc:  # the server went away, or refused, mid-command
-        message = f"Redis: {exc}"
-    except OSError as exc:  # an unusable REDFLEET_HOME, an unreadable file
-        message = _os_error_message(exc)
+    except Exception as exc:
+        message = _error_message(exc)
+        if message is None:
+            raise  # a bug: its traceback is the report
     print(f"redfleet: error: {one_line(redact(message))}", file=sys.stderr)
     sys.exit(2)
+
+
+def _error_message(exc: Exception) -> str | None:
+    """What a command that failed says, or None for an error that is not the user's to fix.
+
+    A library's errors are looked for only where the library is loaded: an error cannot
+    be of a class never imported, and a command that needs neither pydantic nor the Redis
+    client (``--version``, ``--help``) loads neither.
+    """
+    from shared_state.errors import StateError
+
+    pydantic_core = sys.modules.get("pydantic_core")
+    redis = sys.modules.get("redis")
+    if isinstance(exc, StateError | CoordinatorError):
+        return str(exc)
+    if pydantic_core is not None and isinstance(exc, pydantic_core.ValidationError):
+        return _validation_message(exc)
+    if redis is not None and isinstance(exc, redis.RedisError):
+        return f"Redis: {exc}"  # the server went away, or refused, mid-command
+    if isinstance(exc, OSError):  # an unusable REDFLEET_HOME, an unreadable file
+        return _os_error_message(exc)
+    return None

@@ -38,8 +38,9 @@ from shared_state import ConnectionFailed, RedisServer, State, free_port
 from shared_state.client import ClientOptions, connect
 from shared_state.server import wait_until_loaded
 
+from .durability import Durability
 from .errors import CoordinatorError
-from .settings import Durability, Settings
+from .settings import Settings
 
 START_TIMEOUT_S = 60.0  # answering and loading: a large append-only file takes a while
 
@@ -168,13 +169,17 @@ def redis_url(settings: Settings) -> str:
 INTERACTIVE = ClientOptions(retries=4)
 
 
-def open_state(settings: Settings, url: str | None = None, *, serving: bool = False) -> State:
-    """The state over ``url`` (else REDIS_URL or the embedded server).
+def open_state(
+    settings: Settings | None = None, url: str | None = None, *, serving: bool = False
+) -> State:
+    """The state over ``url`` (else REDIS_URL or the embedded server), with ``settings``
+    (else the environment's).
 
     ``serving``: for long-running processes (a fleet, a worker, the reaper),
     which serve every tenant; any other sees only ``settings.tenant``'s jobs
     when that is set (``--tenant``, REDFLEET_TENANT).
     """
+    settings = settings or Settings()
     state = State.connect(
         url or redis_url(settings),
         client_options=None if serving else INTERACTIVE,

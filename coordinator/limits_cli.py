@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
-
-from shared_state.admission import RouteLimits, Routes, RouteState, TenantShare
 
 from .errors import CoordinatorError
-from .settings import Settings
 from .text import one_line
+
+if TYPE_CHECKING:  # each command imports what it runs: the CLI's options load neither
+    from shared_state.admission import RouteLimits, RouteState
 
 limits_app = typer.Typer(
     help=(
@@ -39,6 +38,10 @@ COLUMNS = ["route", "limits", "in flight", "waiting", "cooling", "calls", "by te
 
 def load_limits(path: Path) -> dict[str, RouteLimits]:
     """A limits file: a JSON object of route -> {"rpm": N, "tpm": N, "concurrency": N}."""
+    from pydantic import ValidationError
+
+    from shared_state.admission import RouteLimits
+
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
@@ -84,12 +87,14 @@ def set_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Set a route's limits for every worker, from its next call (0 lifts one)."""
+    from shared_state.admission import RouteLimits, Routes
+
     from . import views
     from .connection import open_state
 
     _check_route(route)
     limits = RouteLimits(rpm=rpm, tpm=tpm, concurrency=concurrency)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         Routes(state.client).set_limits(route, limits)
     if as_json:
         views.print_json({"route": route, **limits.model_dump()})
@@ -129,12 +134,14 @@ def tenant_cmd(
 
     What is not given stays as it was: `limits tenant acme --daily-usd 50` keeps
     acme's weight."""
+    from shared_state.admission import Routes, TenantShare
+
     from . import views
     from .connection import open_state
 
     if weight is None and concurrency is None and daily_usd is None:
         raise CoordinatorError("limits tenant: give --weight, --concurrency or --daily-usd")
-    with open_state(Settings()) as state:
+    with open_state() as state:
         routes = Routes(state.client)
         share = routes.tenants().get(tenant, TenantShare())
         given = {"weight": weight, "concurrency": concurrency}
@@ -161,10 +168,12 @@ def show_cmd(as_json: JsonOpt = False) -> None:
     cool-down, 429s, failures, waits, calls by tenant, and what the provider last said
     is left; and the tenants' weights, caps and daily money budgets (with what each has
     spent today)."""
+    from shared_state.admission import Routes
+
     from . import views
     from .connection import open_state
 
-    with open_state(Settings()) as state:
+    with open_state() as state:
         routes = Routes(state.client)
         shown, tenants = routes.show(), routes.tenants()
         today = state.spend.today(list(tenants))

@@ -14,26 +14,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
-
-from shared_state.errors import MemoryNotFound
-from shared_state.memory.files import MemoryFiles, resolve
-from shared_state.memory.items import (
-    Claim,
-    ItemKind,
-    MemoryContext,
-    MemoryItem,
-    Scope,
-    SourceKind,
-    age_text,
-)
-from shared_state.memory.quotes import MIN_QUOTE_CHARS
 
 from .errors import CoordinatorError
-from .settings import Settings
 from .text import multi_line, one_line
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each command imports what it runs: the CLI's options load none of it
+    from shared_state.memory.items import ItemKind, MemoryContext, MemoryItem, Scope
     from shared_state.memory.store import MemoryStore
 
 memory_app = typer.Typer(
@@ -61,6 +47,8 @@ COLUMNS = ["id", "scope", "key", "status", "source", "authority", "age", "text"]
 
 def _tenant(given: str | None) -> str:
     """The tenant a command acts for; a CLI scoped to one tenant refuses another."""
+    from .settings import Settings
+
     scope = Settings().tenant
     if given is not None and scope is not None and given != scope:
         raise CoordinatorError(
@@ -70,6 +58,8 @@ def _tenant(given: str | None) -> str:
 
 
 def _context(tenant: str, user: str = "") -> MemoryContext:
+    from shared_state.memory.items import MemoryContext
+
     from .api import operator
 
     return MemoryContext(tenant=tenant, user=user, actor=operator())
@@ -77,10 +67,13 @@ def _context(tenant: str, user: str = "") -> MemoryContext:
 
 def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
     """A memory file as it is (terminal-safe), or a folder's files with their sizes."""
+    from shared_state.errors import MemoryNotFound
+    from shared_state.memory.files import MemoryFiles, resolve
+
     from . import views
     from .connection import open_state
 
-    with open_state(Settings()) as state:
+    with open_state() as state:
         files = MemoryFiles(state.client)
         folder = not resolve(ctx, path).relative or path.endswith("/")
         try:
@@ -102,6 +95,10 @@ def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
 
 
 def _scope(text: str, option: str = "--scope") -> Scope:
+    from pydantic import ValidationError
+
+    from shared_state.memory.items import Scope
+
     try:
         return Scope.parse(text)
     except ValidationError as exc:  # a bad id in a well-formed scope
@@ -121,6 +118,8 @@ def _clip(text: str, width: int) -> str:
 
 
 def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
+    from shared_state.memory.items import age_text
+
     p = item.provenance
     flags = [item.status]
     if item.expired(now_ms):
@@ -169,7 +168,7 @@ def list_cmd(
 
     tenant = _tenant(tenant)
     where = _scope(scope) if scope else None
-    with open_state(Settings()) as state:
+    with open_state() as state:
         store = MemoryStore(state.client)
         items = store.items(
             _context(tenant), scope=where, user=user, operator=True, include_expired=expired
@@ -195,6 +194,7 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """One item in full: text, scope, lifecycle and provenance; or a memory file's content."""
+    from shared_state.memory.items import age_text
     from shared_state.memory.store import MemoryStore
 
     from . import views
@@ -207,7 +207,7 @@ def show(
         _show_file(_context(tenant), file, as_json)
         return
     assert item_id is not None
-    with open_state(Settings()) as state:
+    with open_state() as state:
         store = MemoryStore(state.client)
         item = store.get(_context(tenant), item_id, operator=True)
         if as_json:
@@ -273,7 +273,7 @@ def search(
     if not query.strip():
         raise CoordinatorError("QUERY: give words to look for")
 
-    with open_state(Settings()) as state:
+    with open_state() as state:
         store = MemoryStore(state.client)
         ctx = _context(tenant, user)
         hits = Recall(store).search(ctx, query, k=limit, operator=not user, ranking=ranking.value)
@@ -314,6 +314,7 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember TEXT as your own assertion (source user)."""
+    from shared_state.memory.items import Claim, Scope, SourceKind
     from shared_state.memory.store import MemoryStore
 
     from . import views
@@ -340,7 +341,7 @@ def add(
         valid_for_s=valid_for,
         reverify_after_s=reverify_after,
     )
-    with open_state(Settings()) as state:
+    with open_state() as state:
         item = MemoryStore(state.client, embedder="default").write(ctx, claim)
     if as_json:
         views.print_json(_doc(item))
@@ -377,6 +378,7 @@ def forget(
     the disk holds. What was forgotten cannot be written back by a worker
     (it may by you, with `memory add`). Try --dry-run first.
     """
+    from shared_state.memory.quotes import MIN_QUOTE_CHARS
     from shared_state.memory.store import MemoryStore
 
     from . import views
@@ -385,7 +387,7 @@ def forget(
     tenant = _tenant(tenant)
     if bool(item_ids) == bool(user):
         raise CoordinatorError("give ITEM_ID... or --user, one of the two")
-    with open_state(Settings()) as state:
+    with open_state() as state:
         store = MemoryStore(state.client)
         ctx = _context(tenant)
         report = (
@@ -441,7 +443,7 @@ def history(
 
     tenant = _tenant(tenant)
     where = _scope(scope)
-    with open_state(Settings()) as state:
+    with open_state() as state:
         store = MemoryStore(state.client)
         items = store.history(_context(tenant), where, key, operator=True)
         _show(items, f"history of {where}{key}", store, as_json)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shared_state.workspace import Change, Workspace
+if TYPE_CHECKING:
+    from shared_state.workspace import Change, Workspace
 
 _GIT_FILE = 0o100000  # git's mode bits of a regular file (100644, 100755)
 _NULL = "0" * 40  # git's id of no blob

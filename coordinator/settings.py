@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
@@ -15,22 +14,15 @@ from shared_state.client import SENTINEL_SCHEME, SENTINEL_URL, SentinelTarget
 from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.lease import DEFAULT_STUCK_AFTER_S
-from workers.llm import ProviderChoice, ProviderName
-from workers.llm.choice import Fallback
+from workers.llm.choice import Fallback, ProviderChoice
+from workers.llm.names import ProviderName
 
+from .durability import Durability
 from .importer import MAX_FILE_BYTES, MAX_TOTAL_BYTES, ImportLimits
 
 _REDIS_URL_FORMS = (
     f"redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB], unix://PATH[?db=DB] or {SENTINEL_URL}"
 )
-
-
-class Durability(StrEnum):
-    """When a write is done: once the primary has it (default), or once a replica has it
-    too (replicated: a failover cannot lose it; see the README's durability table)."""
-
-    DEFAULT = "default"
-    REPLICATED = "replicated"
 
 
 class Settings(BaseSettings):

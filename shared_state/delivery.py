@@ -21,17 +21,17 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
-from rq import Queue
-from rq.executions import Execution, ExecutionRegistry
-from rq.job import Job as RQJob
-from rq.registry import FailedJobRegistry, FinishedJobRegistry
-from rq.serializers import JSONSerializer
 
 from . import keys
-from .models import Role
+from .kinds import Role
 from .scripts import run_plain
+
+if TYPE_CHECKING:  # RQ loads where an envelope is touched: reading jobs and claims needs none
+    from rq import Queue
 
 EXECUTE = "workers.runtime.execute"
 QUEUE_PREFIX = "redfleet."
@@ -61,8 +61,15 @@ class Envelope:
 class Delivery:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.queues = {
-            role: Queue(queue_name(role), connection=client, serializer=JSONSerializer)
+
+    @cached_property
+    def queues(self) -> dict[Role, Queue]:
+        """RQ's queue of each role, made on first use."""
+        from rq import Queue
+        from rq.serializers import JSONSerializer
+
+        return {
+            role: Queue(queue_name(role), connection=self.client, serializer=JSONSerializer)
             for role in Role
         }
 
@@ -74,6 +81,8 @@ class Delivery:
         the same SADD (``Queue.redis_queues_keys``, ``Queue.key``). Idempotent;
         a worker calls it once as it starts.
         """
+        from rq import Queue
+
         self.client.sadd(Queue.redis_queues_keys, *(q.key for q in self.queues.values()))
 
     def send(self, envelopes: Iterable[Envelope]) -> None:
@@ -108,6 +117,9 @@ class Delivery:
         (its claim or write is refused): its slot writes the whole record
         again, finished, with the same expiry (``workers.slots``).
         """
+        from rq.executions import Execution, ExecutionRegistry
+        from rq.job import Job as RQJob
+
         for role, rq_id in envelopes:
             queue = self.queues[role]
             started = queue.started_job_registry
@@ -133,6 +145,8 @@ class Delivery:
         has expired. O(envelopes started); a paused worker whose heartbeat
         expired may see its envelope discarded, which only RQ's views notice.
         """
+        from rq.executions import Execution
+
         started = [
             (role, rq_id, Execution(execution_id, rq_id, connection=self.client))
             for role, queue in self.queues.items()
@@ -160,6 +174,8 @@ class Delivery:
         every 10 minutes: at a few hundred envelopes a second that would be
         hundreds of thousands of entries. One round trip, O(entries dropped).
         """
+        from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
         with self.client.pipeline(transaction=False) as pipe:
             for queue in self.queues.values():
                 for registry in (FinishedJobRegistry, FailedJobRegistry):

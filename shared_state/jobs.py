@@ -17,9 +17,10 @@ from .errors import (
     SubmitUnconfirmed,
 )
 from .events import DEFAULT_JOB_MAXLEN, EventLog
+from .kinds import JobStatus, Role
 from .memory.episodes import record_episode
 from .memory.store import MemoryStore
-from .models import Job, JobSpec, JobStatus, Role
+from .models import Job, JobSpec
 from .redact import redact
 from .replies import Asked, check
 from .scripts import Runner, ScriptResult, server_ms, to_ms

@@ -23,7 +23,8 @@ from .errors import (
     StateError,
     TaskNotFound,
 )
-from .models import Claim, Job, Role, Task
+from .kinds import Role
+from .models import Claim, Job, Task
 from .redact import redact
 from .replies import ABSENT, Asked, check
 from .scripts import Reads, Runner, ScriptResult, server_ms, to_ms

@@ -310,3 +310,47 @@ def test_the_cli_loads_none_of_the_runtimes_libraries_before_a_command_runs() ->
     modules = proc.stdout.split()
     assert "workers.runtime" not in modules
     assert "shared_state.memory.store" not in modules  # the memory commands' own, when run
+
+
+_LOADED_BY = """
+import sys
+from coordinator.cli import main
+sys.argv = ["redfleet", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("LOADED", *sorted(sys.modules), file=sys.stderr)
+"""
+
+
+def _loaded_by(*args: str, url: str) -> set[str]:
+    """The top-level packages a run of ``redfleet ARGS`` had loaded when it ended."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADED_BY, *args], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "REDIS_URL": url},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED "))
+    return {name.split(".")[0] for name in line.split()[1:]}
+
+
+def test_version_and_help_load_neither_settings_nor_the_redis_client(redis_url) -> None:
+    """The options name plain enums (``shared_state.kinds``, ``workers.llm.names``,
+    ``coordinator.durability``); settings, models and the client load when a command
+    reads them. (Typer itself loads pydantic to show some options' defaults.)"""
+    for args in (("--version",), ("--help",)):
+        loaded = _loaded_by(*args, url=redis_url)
+        assert loaded.isdisjoint({"pydantic", "pydantic_settings", "redis", "rq"}), (args, loaded)
+    for args in (("memory", "--help"), ("limits", "--help"), ("submit", "--help")):
+        loaded = _loaded_by(*args, url=redis_url)
+        assert loaded.isdisjoint({"pydantic_settings", "redis", "rq"}), (args, loaded)
+
+
+def test_reading_jobs_claims_and_logs_loads_no_rq(redis_url) -> None:
+    """RQ loads where an envelope is touched (``Delivery.queues``): ``status`` counts the
+    queues, ``claims`` and ``logs`` only read."""
+    for args in (("claims",), ("logs",)):
+        loaded = _loaded_by(*args, url=redis_url)
+        assert "redis" in loaded, args  # it did read the server
+        assert "rq" not in loaded, args

@@ -51,7 +51,7 @@ from rq.suspension import WORKERS_SUSPENDED
 from shared_state import Claim, ConnectionFailed, State, StateError, TaskStore, keys
 from shared_state.client import ClientOptions, sibling
 from shared_state.heartbeats import WorkerRegistry
-from shared_state.models import Role
+from shared_state.kinds import Role
 from shared_state.scripts import Runner
 
 from .lease import DEFAULT_STUCK_AFTER_S, REFUSALS, Lease

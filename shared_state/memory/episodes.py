@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 
 from .. import keys
-from ..models import Job, Scenario
+from ..kinds import Scenario
+from ..models import Job
 from ..redact import redact
 from .items import (
     AUTHORITY,

@@ -5,7 +5,8 @@ from shared_state.lazy import exports
 _WHERE = {
     ".anthropic": ("AnthropicProvider",),
     ".base": ("HttpJson", "ModelResponse", "Provider", "RetryPolicy", "TokenUsage"),
-    ".choice": ("ProviderChoice", "ProviderName"),
+    ".choice": ("ProviderChoice",),
+    ".names": ("ProviderName",),
     ".openai": ("OpenAIProvider",),
     ".scripted": (
         "Scenario",

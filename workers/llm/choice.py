@@ -17,12 +17,13 @@ called for them. With the scripted provider it is ``ScriptedSummaryModel``.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared_state.admission import MAX_WAIT_S
+
+from .names import ProviderName
 
 if TYPE_CHECKING:  # the providers are imported when one is opened: the CLI reads a choice
     from shared_state import Job
@@ -32,12 +33,6 @@ if TYPE_CHECKING:  # the providers are imported when one is opened: the CLI read
 
 # A route cooling longer than this hands its calls to the next fallback (``failover``).
 FALLBACK_AFTER_S = 20.0
-
-
-class ProviderName(StrEnum):
-    SCRIPTED = "scripted"
-    OPENAI = "openai"
-    ANTHROPIC = "anthropic"
 
 
 class Fallback(BaseModel):
