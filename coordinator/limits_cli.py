@@ -8,7 +8,8 @@ machine at their next call; a route without limits still cools down for the
 whole fleet when its provider answers 429 or fails.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typer evaluates string annotations on every
+# run (see ``cli``).
 
 import json
 from pathlib import Path
@@ -36,7 +37,7 @@ COLUMNS = ["route", "limits", "in flight", "waiting", "cooling", "calls", "by te
            "failed", "waits", "provider says left"]  # fmt: skip
 
 
-def load_limits(path: Path) -> dict[str, RouteLimits]:
+def load_limits(path: Path) -> dict[str, "RouteLimits"]:
     """A limits file: a JSON object of route -> {"rpm": N, "tpm": N, "concurrency": N}."""
     from pydantic import ValidationError
 
@@ -198,17 +199,17 @@ def show_cmd(as_json: JsonOpt = False) -> None:
                                       "spent today"])  # fmt: skip
 
 
-def _limits_text(limits: RouteLimits) -> str:
+def _limits_text(limits: "RouteLimits") -> str:
     parts = [f"{limits.rpm} rpm" if limits.rpm else "", f"{limits.tpm:,} tpm" if limits.tpm else "",
              f"{limits.concurrency} at once" if limits.concurrency else ""]  # fmt: skip
     return ", ".join(p for p in parts if p) or "no limits"
 
 
-def _doc(r: RouteState) -> dict[str, Any]:
+def _doc(r: "RouteState") -> dict[str, Any]:
     return {**r.__dict__, "limits": r.limits.model_dump()}
 
 
-def route_row(r: RouteState) -> dict[str, Any]:
+def route_row(r: "RouteState") -> dict[str, Any]:
     """A route as ``limits show`` and the dashboard's fleet page show it, a string a cell."""
     waited = f"{r.waits} (avg {r.waited_ms / r.waits / 1000:.1f} s)" if r.waits else "0"
     left = ", ".join(

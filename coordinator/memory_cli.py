@@ -7,7 +7,8 @@ so it may go straight to ``app:`` or ``user:<id>:``. Text is printed
 terminal-safe (it came from users and models); ``--json`` keeps it exact.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typer evaluates string annotations on every
+# run (see ``cli``).
 
 import sys
 from enum import StrEnum
@@ -57,7 +58,7 @@ def _tenant(given: str | None) -> str:
     return given or scope or "default"
 
 
-def _context(tenant: str, user: str = "") -> MemoryContext:
+def _context(tenant: str, user: str = "") -> "MemoryContext":
     from shared_state.memory.items import MemoryContext
 
     from .api import operator
@@ -65,7 +66,7 @@ def _context(tenant: str, user: str = "") -> MemoryContext:
     return MemoryContext(tenant=tenant, user=user, actor=operator())
 
 
-def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
+def _show_file(ctx: "MemoryContext", path: str, as_json: bool) -> None:
     """A memory file as it is (terminal-safe), or a folder's files with their sizes."""
     from shared_state.errors import MemoryNotFound
     from shared_state.memory.files import MemoryFiles, resolve
@@ -94,7 +95,7 @@ def _show_file(ctx: MemoryContext, path: str, as_json: bool) -> None:
         sys.stdout.write(multi_line(doc["content"]).rstrip("\n") + "\n")
 
 
-def _scope(text: str, option: str = "--scope") -> Scope:
+def _scope(text: str, option: str = "--scope") -> "Scope":
     from pydantic import ValidationError
 
     from shared_state.memory.items import Scope
@@ -108,7 +109,7 @@ def _scope(text: str, option: str = "--scope") -> Scope:
         raise CoordinatorError(f"{option}: {str(exc).removeprefix('Value error, ')}") from exc
 
 
-def _doc(item: MemoryItem) -> dict[str, Any]:
+def _doc(item: "MemoryItem") -> dict[str, Any]:
     return item.model_dump(mode="json") | {"scope": str(item.scope)}
 
 
@@ -117,7 +118,7 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
+def _row(item: "MemoryItem", now_ms: int) -> dict[str, Any]:
     from shared_state.memory.items import age_text
 
     p = item.provenance
@@ -141,7 +142,7 @@ def _row(item: MemoryItem, now_ms: int) -> dict[str, Any]:
     }
 
 
-def _show(items: list[MemoryItem], title: str, store: MemoryStore, as_json: bool) -> None:
+def _show(items: list["MemoryItem"], title: str, store: "MemoryStore", as_json: bool) -> None:
     from . import views
 
     if as_json:
