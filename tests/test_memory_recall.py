@@ -84,6 +84,34 @@ def test_what_another_worker_writes_is_recalled_at_the_next_search(
     assert texts[0] == "the production database is pg-prod-7"
 
 
+def test_a_search_asked_again_with_nothing_changed_is_answered_without_ranking(
+    store: MemoryStore, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's every run recalls with its goal: ranked once while the tenant's memory holds."""
+    from shared_state.memory.index import TenantIndex
+
+    ranked: list[int] = []
+    bm25 = TenantIndex.bm25
+    monkeypatch.setattr(TenantIndex, "bm25", lambda self, q: ranked.append(1) or bm25(self, q))
+    recall = Recall(store)
+    first = put(store, "the build cache lives on bucket-7")
+    hits = recall.search(CTX, "build cache bucket", ranking="keyword")
+    again = recall.search(CTX, "build cache bucket", ranking="keyword")
+    assert [(h.item.id, h.score) for h in again] == [(h.item.id, h.score) for h in hits]
+    assert len(ranked) == 1 and again[0].at_ms >= hits[0].at_ms
+    # Asked otherwise (fewer hits), it is another search.
+    recall.search(CTX, "build cache bucket", k=1, ranking="keyword")
+    assert len(ranked) == 2
+    # Another worker's write is a change: the next search ranks again, and finds it.
+    MemoryStore(connect(redis_url)).write(
+        CTX,
+        Claim(scope=Scope.parse("app:"), text="the build cache of ci is bucket-9 build cache",
+              source_kind=SourceKind.USER, source_ref="m2"),
+    )  # fmt: skip
+    found = [h.item.id for h in recall.search(CTX, "build cache bucket", ranking="keyword")]
+    assert len(ranked) == 3 and len(found) == 2 and first in found
+
+
 def test_a_forget_by_another_worker_is_never_served_from_the_cache(
     store: MemoryStore, redis_url: str
 ) -> None:

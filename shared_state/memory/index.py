@@ -21,6 +21,7 @@ instead of reading and indexing every item.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from array import array
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 K1, B = 1.5, 0.75
+# Each change of any index in the process takes the next number (``TenantIndex.version``).
+_VERSIONS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class TenantIndex:
         self.length = np.zeros(0, dtype=np.float32)
         self.has_vector = np.zeros(0, dtype=bool)
         self.vectors = np.zeros((0, 0), dtype=np.float32)
+        # Unique in the process and new at every change, so that what was ranked on this
+        # index is known to be still what it would rank (``Recall``'s kept hits).
+        self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -79,6 +85,7 @@ class TenantIndex:
 
     def put(self, item_id: str, row: Row) -> None:
         """Index ``item_id`` as ``row`` says, in its slot (a new one if it has none)."""
+        self.version = next(_VERSIONS)
         slot = self.slot.get(item_id)
         # An item's text never changes (a forget removes the item): an item indexed
         # before changes only its columns (superseded, re-verified, restored).
@@ -103,6 +110,7 @@ class TenantIndex:
         self.set_vector(item_id, row.vector)
 
     def set_vector(self, item_id: str, vector: np.ndarray | None) -> None:
+        self.version = next(_VERSIONS)
         slot = self.slot[item_id]
         if vector is None or (self.dim and len(vector) != self.dim):
             self.has_vector[slot] = False
@@ -118,6 +126,7 @@ class TenantIndex:
         slot = self.slot.pop(item_id, None)
         if slot is None:
             return
+        self.version = next(_VERSIONS)
         self._unpost(slot)
         self.ids[slot] = ""
         self.alive[slot] = self.current[slot] = self.has_vector[slot] = False
@@ -127,6 +136,7 @@ class TenantIndex:
 
     def drop_vectors(self) -> None:
         """Forget every vector (the embedder changed): the rows are made again."""
+        self.version = next(_VERSIONS)
         self.dim = 0
         self.vectors = np.zeros((0, 0), dtype=np.float32)
         self.has_vector[:] = False
@@ -199,6 +209,18 @@ class TenantIndex:
         if kinds:
             out &= np.isin(self.kind[:n], [self.kinds[k] for k in kinds if k in self.kinds])
         return out
+
+    def next_change(self, now: int) -> int:
+        """The first time after ``now`` (ms) at which ``mask`` changes by time alone — an
+        item expires, falls due for re-verification or comes out of a shadow — or 0: never."""
+        n = len(self.ids)
+        alive = self.alive[:n]
+        times = np.concatenate(
+            [self.valid_until[:n][alive], self.reverify_after[:n][alive],
+             self.shadowed_until[:n][alive]]
+        )  # fmt: skip
+        later = times[times > now]
+        return int(later.min()) if later.size else 0
 
     def bm25(self, query: Sequence[str]) -> np.ndarray:
         """Each slot's BM25 score for ``query`` (bm25s's lucene variant), 0 where no term is."""

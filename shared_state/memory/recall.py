@@ -13,7 +13,11 @@ Hits are then checked again as Redis holds them, so an item forgotten or
 superseded a moment ago is never served from the cache: read back, unless
 this process read them since the tenant's last change and forget (every
 write, supersession and forget of an item is a change), when the copy it
-read is what Redis holds.
+read is what Redis holds. And the hits of a search are kept: asked again
+(a job's every run recalls with its goal) while the index is as it was
+ranked, the forget generation the same and no item's expiry, re-verification
+or shadow reached by Redis time, it is answered without ranking or reading
+back (``SEARCHES_KEPT``).
 
 A process meeting a tenant for the first time loads the index's snapshot
 from Redis (``rf:mem:{tenant}:index``) and takes in the changes after it;
@@ -48,7 +52,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -119,6 +123,9 @@ QUERY_VECTORS = 256
 # A query's vector is kept in Redis this long, for the other workers asking it: a job's
 # runs on a dozen processes ask with its goal, and one of them embeds it (~15 ms).
 QUERY_VECTOR_TTL_S = 3_600
+# The hits of this many recent searches are kept (a job's every run recalls with its goal):
+# asked again with nothing changed, a search is answered without ranking or reading back.
+SEARCHES_KEPT = 256
 # Items read back are kept per tenant until its next change (the hits of its recent
 # searches), at most this many.
 ITEMS_KEPT = 4_096
@@ -127,6 +134,15 @@ ITEMS_KEPT = 4_096
 SNAPSHOT_ITEMS = 1_000
 _FIELDS = ("text", "key", "scope", "status", "valid_until", "reverify_after", "authority",
            "kind", "shadowed_until", "vec_model", "vec")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A search's hits, and what they hold for (``Recall._keep_found``)."""
+
+    stamp: tuple[Any, ...]
+    until: int
+    hits: tuple[Hit, ...]
 
 
 @dataclass
@@ -155,6 +171,7 @@ class Recall:
         self._embedder = embedder
         self._tenants: dict[str, _Tenant] = {}
         self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._found: OrderedDict[tuple[Any, ...], _Found] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -200,6 +217,17 @@ class Recall:
         # A probe that looked for the query's vector (a task's run) shares the one made
         # here; a search asked otherwise (the CLI's) keeps it to itself.
         shared = len(probed) > 3
+        if not probed:
+            probed = self._probe(ctx.tenant)
+        asked = (ctx.tenant, query, k, visible, min_authority, tuple(kinds), operator, ranking)
+        with self._lock:
+            tenant, now = self._refresh(ctx.tenant, embedder, probed)
+            stamp = (tenant.index.version, tenant.generation, tenant.embedding)
+            kept = self._found.get(asked)
+            if kept is not None and kept.stamp == stamp and (not kept.until or now < kept.until):
+                self._found.move_to_end(asked)
+                return [replace(hit, at_ms=now) for hit in kept.hits]
+            until = tenant.index.next_change(now)
         if embedder is not None:
             # One this process made or read lately (a job's every run recalls with its
             # goal), or another worker's: ranked by meaning at once, not first ranked to
@@ -219,7 +247,7 @@ class Recall:
                 continue
             ranked, more = found
             if not ranked:
-                return []
+                return self._keep_found(asked, stamp, until, tenant, [])
             now, served = ranked[0][2], ranked[0][3]
             hits: list[Hit] = []
             step = max(k * 2, 8)
@@ -232,9 +260,9 @@ class Recall:
                     if item is not None:
                         hits.append(Hit(item, score, served, now))
                         if len(hits) == k:
-                            return hits
+                            return self._keep_found(asked, stamp, until, tenant, hits)
             if not more:
-                return hits
+                return self._keep_found(asked, stamp, until, tenant, hits)
             enough *= 4  # the best ones changed since the index saw them: look further
             probed = ()  # and at the index as it is now
 
@@ -348,6 +376,27 @@ class Recall:
             if item.holds(now) and not item.stale(now) and ctx.sees(item.scope, operator=operator)
         }
 
+    def _keep_found(
+        self,
+        asked: tuple[Any, ...],
+        stamp: tuple[Any, ...],
+        until: int,
+        tenant: _Tenant,
+        hits: list[Hit],
+    ) -> list[Hit]:
+        """``hits``, kept for the same search asked again while ``stamp`` holds: the index
+        as it was ranked (no change taken in since), the forget generation and whether it
+        was being embedded; and Redis time before ``until`` (0: any), when an item would
+        expire, fall due or come out of a shadow. Not kept if the index changed while they
+        were read back (the search looked further, at a newer index)."""
+        with self._lock:
+            if (tenant.index.version, tenant.generation, tenant.embedding) == stamp:
+                self._found[asked] = _Found(stamp, until, tuple(hits))
+                self._found.move_to_end(asked)
+                while len(self._found) > SEARCHES_KEPT:
+                    self._found.popitem(last=False)
+        return hits
+
     # ----------------------------------------------------------------- refresh
 
     def probe(self, pipe: redis.client.Pipeline, tenant: str, query: str = "") -> None:
@@ -361,6 +410,12 @@ class Recall:
         if embedder is not None:
             pipe.get(keys.memory_query_vector(tenant, embedder.name, query))
 
+    def _probe(self, tenant: str) -> list[Any]:
+        """``probe``'s reads (no query's vector), in a round trip of their own."""
+        pipe = self.client.pipeline(transaction=False)
+        self.probe(pipe, tenant)
+        return pipe.execute()
+
     def _refresh(
         self, name: str, embedder: Embedder | None, probed: Sequence[Any] = ()
     ) -> tuple[_Tenant, int]:
@@ -368,9 +423,7 @@ class Recall:
         round trip when nothing changed (none, with ``probe``'s replies: ``probed``)."""
         stream = keys.memory_changes(name)
         if not probed:
-            pipe = self.client.pipeline(transaction=False)
-            self.probe(pipe, name)
-            probed = pipe.execute()
+            probed = self._probe(name)
         (seconds, micros), forgets, last = probed[:3]
         now = seconds * 1000 + micros // 1000
         generation = forgets.decode() if forgets else "0"

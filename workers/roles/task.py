@@ -251,8 +251,10 @@ class AgentTask:
         Recalled once per run (the reference stays one cached prefix), from the
         app and the user scopes — this job's own items are in its working state —
         for the job's goal: the same query in every run of the job, so a process
-        embeds it once (``Recall`` keeps the vectors of recent queries) however many
-        subagents it runs, and the tasks of a job start from the same block. What a
+        embeds it once (``Recall`` keeps the vectors of recent queries) and ranks it
+        once while the tenant's memory holds (``Recall`` keeps the hits of recent
+        searches) however many subagents it runs, and the tasks of a job start from
+        the same block. What a
         job was shown is recorded (``memory.recalled``, with the first task shown it)
         once per process and set of items, not once per run.
         """
