@@ -118,8 +118,12 @@ def test_a_forget_by_another_worker_is_never_served_from_the_cache(
     recall = Recall(store)
     item = put(store, "the canary value is K9-LARK-22")
     assert [h.item.id for h in recall.search(CTX, "canary value")] == [item]
+    assert [h.item.id for h in recall.search(CTX, "K9-LARK-22")] == [item]
     MemoryStore(connect(redis_url)).forget(CTX, [item])
     assert recall.search(CTX, "canary value") == []
+    # Nor is its text kept in this process, by a search not asked again since.
+    kept = [h.item.text for found in recall._found.values() for h in found.hits]
+    assert not any("K9-LARK-22" in text for text in kept)
 
 
 def test_superseded_contested_expired_and_stale_items_are_not_recalled(store: MemoryStore) -> None:
@@ -129,8 +133,8 @@ def test_superseded_contested_expired_and_stale_items_are_not_recalled(store: Me
     put(store, "the api port is 9000", key="api.port", source=SourceKind.SYSTEM)  # contested
     assert [h.item.id for h in recall.search(CTX, "api port")] == [new]
     assert old != new
-    # Expiry and staleness come with Redis's time, with nothing written: an item this
-    # process has read (and keeps, the tenant unchanged since) is judged again each search.
+    # Expiry and staleness come with Redis's time, with nothing written: a search this
+    # process keeps (the tenant unchanged since) holds only until an item's time comes.
     brief = put(store, "the freeze ends friday", valid_for_s=2)
     assert [h.item.id for h in recall.search(CTX, "freeze")] == [brief]
     wait_for(lambda: recall.search(CTX, "freeze") == [], 15, "the item's expiry")

@@ -211,7 +211,7 @@ class TenantIndex:
         return out
 
     def next_change(self, now: int) -> int:
-        """The first time after ``now`` (ms) at which ``mask`` changes by time alone — an
+        """The first time after ``now`` (ms) at which ``mask`` may change by time alone — an
         item expires, falls due for re-verification or comes out of a shadow — or 0: never."""
         n = len(self.ids)
         alive = self.alive[:n]

@@ -227,6 +227,7 @@ class Recall:
             if kept is not None and kept.stamp == stamp and (not kept.until or now < kept.until):
                 self._found.move_to_end(asked)
                 return [replace(hit, at_ms=now) for hit in kept.hits]
+            self._found.pop(asked, None)  # outdated: not kept while it is asked again
             until = tenant.index.next_change(now)
         if embedder is not None:
             # One this process made or read lately (a job's every run recalls with its
@@ -388,7 +389,8 @@ class Recall:
         as it was ranked (no change taken in since), the forget generation and whether it
         was being embedded; and Redis time before ``until`` (0: any), when an item would
         expire, fall due or come out of a shadow. Not kept if the index changed while they
-        were read back (the search looked further, at a newer index)."""
+        were ranked and read back (another task slot's search took changes in, or this one
+        looked further, at a newer index)."""
         with self._lock:
             if (tenant.index.version, tenant.generation, tenant.embedding) == stamp:
                 self._found[asked] = _Found(stamp, until, tuple(hits))
@@ -431,6 +433,11 @@ class Recall:
         tenant = self._tenants.get(name)
         if tenant is None:
             tenant = self._tenants[name] = self._load(name) or _Tenant()
+        if generation != tenant.generation:
+            # A forget: no kept search of the tenant is served again (``_found``), and none
+            # keeps the text of what was forgotten in this process's memory either.
+            for asked in [a for a in self._found if a[0] == name]:
+                del self._found[asked]
         tenant.generation = generation
         # The vectors the index keeps: this embedder's; without one (a keyword search), the
         # ones it has.

@@ -254,9 +254,8 @@ class AgentTask:
         embeds it once (``Recall`` keeps the vectors of recent queries) and ranks it
         once while the tenant's memory holds (``Recall`` keeps the hits of recent
         searches) however many subagents it runs, and the tasks of a job start from
-        the same block. What a
-        job was shown is recorded (``memory.recalled``, with the first task shown it)
-        once per process and set of items, not once per run.
+        the same block. What a job was shown is recorded (``memory.recalled``, with
+        the first task shown it) once per process and set of items, not once per run.
         """
         scopes = [Scope(kind=ScopeKind.APP), Scope(kind=ScopeKind.USER, id=self.memory.user)]
         query = self.run.job.goal
