@@ -22,6 +22,8 @@ from shared_state import JobSpec, Role, Scenario, State, keys
 from shared_state.delivery import RESULT_TTL_S
 from workers import runtime, slots
 
+from .conftest import wait_for
+
 
 def test_a_finished_envelope_is_finished_in_rqs_records_without_a_result(
     state: State, monkeypatch: pytest.MonkeyPatch
@@ -79,3 +81,28 @@ def test_a_job_with_a_result_or_kept_for_no_time_takes_rqs_own_path(state: State
     assert ran.get_status() == JobStatus.FINISHED and ran.return_value() == 42
     assert not state.client.exists(gone.key)
     assert not queue.get_job_ids() and queue.finished_job_registry.get_job_ids() == [kept.id]
+
+
+def test_a_slots_command_thread_stops_at_once_however_its_unsubscribe_lands(
+    state: State,
+) -> None:
+    """Slot 0 listens for `rq`'s commands on a pubsub thread, and its teardown unsubscribes
+    and stops it. Where the thread had already taken the unsubscribe's reply, it waits
+    for a new subscription one turn long: RQ's turn is 60 s, and redis-py's ``stop`` joins
+    it with no limit, past the fleet's 30 s drain (the worker was killed). A slot's turn
+    is ``COMMANDS_TURN_S``."""
+    queue = Queue("test.commands", connection=state.client, serializer=JSONSerializer)
+    worker = slots.SlotWorker(
+        [queue], connection=state.client, serializer=JSONSerializer, stop=threading.Event(),
+        waiting=threading.Event(), commands=True,
+    )  # fmt: skip
+    worker.subscribe()
+    pubsub = worker.pubsub
+    wait_for(lambda: pubsub.subscribed, 10, "the command channel subscribed")
+    pubsub.unsubscribe()  # the thread reads its reply, then waits for a new subscription
+    wait_for(lambda: not pubsub.subscribed, 10, "the thread to take the unsubscribe's reply")
+    stopping = threading.Thread(target=worker.unsubscribe, daemon=True)  # as teardown does
+    stopping.start()
+    stopping.join(timeout=10 * slots.COMMANDS_TURN_S)
+    assert not stopping.is_alive(), "the command thread's stop waited out a long turn"
+    assert not worker.pubsub_thread.is_alive()

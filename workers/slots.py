@@ -64,6 +64,11 @@ _RESUME_FIRST_S = 0.5
 _RESUME_CAP_S = 5.0
 _STEADY_S = 30.0  # an RQ loop that ran this long was no quick failure: the pause starts over
 RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
+# The longest RQ's command thread (slot 0: `rq`'s shutdown and kill-horse commands) waits
+# in one turn. RQ starts it with 60 s, and redis-py's ``stop`` joins it with no limit: a
+# stop that came after the unsubscribe's reply and before the thread's next turn waited
+# those 60 s, past the fleet's drain timeout, and the worker was killed.
+COMMANDS_TURN_S = 1.0
 _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
 _BEAT_MARGIN_S = 1.0  # a tick may run late by this much and still come first
 # RQ heartbeats a worker up to five times a job, each an HSET and two EXPIREs sent one
@@ -204,8 +209,17 @@ class SlotWorker(SimpleWorker):
         self.born = True
 
     def subscribe(self) -> None:
-        if self.commands:
-            super().subscribe()
+        """RQ's own, with a turn of ``COMMANDS_TURN_S``: a stop waits on it that long at most
+        (a turn with nothing to read sends nothing to Redis)."""
+        if not self.commands:
+            return
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=COMMANDS_TURN_S,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
 
     def check_for_suspension(self, burst: bool) -> None:
         # Called at the top of every turn of RQ's loop: where it looks for a stop. RQ
