@@ -900,6 +900,9 @@ CLI_GOAL_S = 0.25
 # What a command that reads Redis imports before any code of its own: its options (typer),
 # the Redis client, its settings from the environment (pydantic-settings), its tables (rich).
 CLI_FLOOR = "import typer, redis, pydantic_settings, rich.table"
+# The least any such command could load and still read Redis through redis-py into the
+# records' pydantic models, with its options parsed by typer: no settings, no tables.
+CLI_STACK = "import typer, redis; from pydantic import BaseModel"
 
 
 def _cpu_of(command: list[str], env: dict[str, str]) -> float:
@@ -914,14 +917,16 @@ def _cpu_of(command: list[str], env: dict[str, str]) -> float:
 
 def cli_cpu(url: str, console: Console) -> dict[str, Any]:
     """The median CPU of each watching command against the run's Redis (with the jobs the
-    loads left), beside RQ's own CLI on the same Redis and the libraries such a command
-    imports, alone (``CLI_FLOOR``), each with the project's bytecode cached (``run``)."""
+    loads left), beside RQ's own CLI on the same Redis, the libraries such a command
+    imports, alone (``CLI_FLOOR``), and the least of them it could do with (``CLI_STACK``),
+    each with the project's bytecode cached (``run``)."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "REDIS_URL": url}
     runs = {f"redfleet {' '.join(c)}": [str(bin_dir / "redfleet"), *c] for c in CLI_COMMANDS}
     runs |= {"rq --help": [str(bin_dir / "rq"), "--help"],
              "rq info": [str(bin_dir / "rq"), "info", "--url", url],
-             f'python -c "{CLI_FLOOR}"': [sys.executable, "-c", CLI_FLOOR]}  # fmt: skip
+             f'python -c "{CLI_FLOOR}"': [sys.executable, "-c", CLI_FLOOR],
+             f'python -c "{CLI_STACK}"': [sys.executable, "-c", CLI_STACK]}  # fmt: skip
     _progress(console, f"the CLI: {len(runs)} commands, {CLI_RUNS} runs each")
     medians = {}
     for name, command in runs.items():

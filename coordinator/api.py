@@ -55,11 +55,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared_state import ArtifactRef, Event, Job, JobSpec, Scenario, State, TaskStatus
-from shared_state.memory import MemoryContext
-from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
 from shared_state.names import check_name
 from workers.errors import ToolRefused
-from workers.sandbox import command_args
 
 from . import views
 from .connection import open_state
@@ -224,6 +221,7 @@ class Client:
         ``budget_usd``: what all its calls may cost, at their routes' prices (0: no limit).
         """
         from workers.roles import APPROVABLE
+        from workers.sandbox import command_args
 
         unknown = sorted(set(approve) - APPROVABLE)
         if unknown:
@@ -373,6 +371,9 @@ class Client:
 
         Every job of the tenant reads it at start, in its stable prompt prefix.
         """
+        from shared_state.memory import MemoryContext
+        from shared_state.memory.files import PROJECT_MEMORY, MemoryFiles
+
         ctx = MemoryContext(tenant=self.tenant(tenant), actor=operator())
         return (
             MemoryFiles(self.state.client).create(ctx, PROJECT_MEMORY, text, operator=True).sha256

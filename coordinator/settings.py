@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -14,11 +14,13 @@ from shared_state.client import SENTINEL_SCHEME, SENTINEL_URL, SentinelTarget
 from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.lease import DEFAULT_STUCK_AFTER_S
-from workers.llm.choice import Fallback, ProviderChoice
 from workers.llm.names import ProviderName
 
 from .durability import Durability
 from .importer import MAX_FILE_BYTES, MAX_TOTAL_BYTES, ImportLimits
+
+if TYPE_CHECKING:  # imported when a fleet reads its choice: `status` and `claims` need none
+    from workers.llm.choice import ProviderChoice
 
 _REDIS_URL_FORMS = (
     f"redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB], unix://PATH[?db=DB] or {SENTINEL_URL}"
@@ -152,6 +154,8 @@ class Settings(BaseSettings):
         )
 
     def provider_choice(self) -> ProviderChoice:
+        from workers.llm.choice import Fallback, ProviderChoice
+
         return ProviderChoice(
             provider=self.provider,
             model=self.model,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import secrets
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -18,14 +20,15 @@ from .errors import (
 )
 from .events import DEFAULT_JOB_MAXLEN, EventLog
 from .kinds import JobStatus, Role
-from .memory.episodes import record_episode
-from .memory.store import MemoryStore
 from .models import Job, JobSpec
 from .redact import redact
 from .replies import Asked, check
 from .scripts import Runner, ScriptResult, server_ms, to_ms
 from .tasks import new_task_id
 from .workspace import TreeNotFound
+
+if TYPE_CHECKING:
+    from .memory.store import MemoryStore
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 # An indexed id without a record this young may be a submission still writing it.
@@ -66,11 +69,17 @@ class JobStore:
         self.delivery = delivery
         self.retention_s = retention_s
         self.job_maxlen = job_maxlen
-        # A job's own memory items expire with it; its episode is embedded as it is written,
-        # once (each recalling process would embed it otherwise, under its index's lock).
-        self.memory = MemoryStore(self.client, embedder="default")
         # The one tenant this store reads and acts for (None: every tenant, as a fleet does).
         self.tenant: str | None = None
+
+    @cached_property
+    def memory(self) -> MemoryStore:
+        """Where a job's own memory items expire with it and its episode is written. Its
+        writes embed, once (each recalling process would embed it otherwise, under its
+        index's lock). Made on first use: a reader of jobs never loads memory."""
+        from .memory.store import MemoryStore
+
+        return MemoryStore(self.client, embedder="default")
 
     def scoped(self, tenant: str) -> JobStore:
         """This store for one tenant: another tenant's job is ``JobNotFound``, as if absent.
@@ -412,6 +421,8 @@ class JobStore:
 
     def _episode(self, job_id: str) -> None:
         """The finished job's episode for its user (once per round: its id is the job's)."""
+        from .memory.episodes import record_episode
+
         try:
             record_episode(self.memory, self.get(job_id))
         except (JobNotFound, MemoryRefused, ValueError):

@@ -4,32 +4,34 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import redis
 
 from . import keys
-from .admission import Routes
-from .artifacts import ArtifactNotFound, ArtifactStore
-from .budget import DailySpend, TokenBudget
 from .client import ClientOptions, connect
-from .delivery import Delivery
 from .errors import ConnectionFailed, JobNotFound
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
-from .heartbeats import WorkerRegistry
-from .jobs import DEFAULT_RETENTION_S, JobStore
-from .memory.files import MemoryFiles
-from .memory.store import MemoryStore
-from .models import Event
-from .records import Records
+from .jobs import DEFAULT_RETENTION_S
 from .redact import redact
 from .scripts import Runner
-from .tasks import TaskStore
-from .usage import JobUsage
-from .workspace import FileEntry, Trees, Workspace
 
 if TYPE_CHECKING:
+    from .admission import Routes
+    from .artifacts import ArtifactStore
+    from .budget import DailySpend, TokenBudget
+    from .delivery import Delivery
+    from .heartbeats import WorkerRegistry
+    from .jobs import JobStore
+    from .memory.files import MemoryFiles
     from .memory.recall import Recall
+    from .memory.store import MemoryStore
+    from .models import Event
+    from .records import Records
+    from .tasks import TaskStore
+    from .usage import JobUsage
+    from .workspace import FileEntry, Workspace
 
 
 class State:
@@ -49,18 +51,66 @@ class State:
         self.client = client
         self.events = EventLog(client, global_maxlen=global_maxlen)
         self.runner = Runner(client, self.events, replicas=replicas)
-        self.delivery = Delivery(client)
-        self.tasks = TaskStore(self.runner, self.delivery)
-        self.jobs = JobStore(
-            self.runner, self.delivery, retention_s=retention_s, job_maxlen=job_maxlen
-        )
-        self.workers = WorkerRegistry(self.runner)
-        self.memory = MemoryStore(client, embedder="default")  # a write embeds its item
-        self.memory_files = MemoryFiles(client)
-        self.routes = Routes(client)  # the model routes' shared limits (``admission``)
-        self.spend = DailySpend(client)  # the tenants' daily money budgets
+        self._retention_s = retention_s
+        self._job_maxlen = job_maxlen
         self._recall: Recall | None = None
         self.tenant: str | None = None  # see ``for_tenant``
+
+    # Each store below is made, and its module imported, when first used: a command that
+    # reads claims or events (``redfleet claims``, ``logs``) does not load memory,
+    # admission or budgets, which are most of this package's import time.
+
+    @cached_property
+    def delivery(self) -> Delivery:
+        from .delivery import Delivery
+
+        return Delivery(self.client)
+
+    @cached_property
+    def tasks(self) -> TaskStore:
+        from .tasks import TaskStore
+
+        return TaskStore(self.runner, self.delivery)
+
+    @cached_property
+    def jobs(self) -> JobStore:
+        from .jobs import JobStore
+
+        return JobStore(
+            self.runner, self.delivery, retention_s=self._retention_s, job_maxlen=self._job_maxlen
+        )
+
+    @cached_property
+    def workers(self) -> WorkerRegistry:
+        from .heartbeats import WorkerRegistry
+
+        return WorkerRegistry(self.runner)
+
+    @cached_property
+    def memory(self) -> MemoryStore:
+        from .memory.store import MemoryStore
+
+        return MemoryStore(self.client, embedder="default")  # a write embeds its item
+
+    @cached_property
+    def memory_files(self) -> MemoryFiles:
+        from .memory.files import MemoryFiles
+
+        return MemoryFiles(self.client)
+
+    @cached_property
+    def routes(self) -> Routes:
+        """The model routes' shared limits (``admission``)."""
+        from .admission import Routes
+
+        return Routes(self.client)
+
+    @cached_property
+    def spend(self) -> DailySpend:
+        """The tenants' daily money budgets."""
+        from .budget import DailySpend
+
+        return DailySpend(self.client)
 
     def for_tenant(self, tenant: str | None) -> State:
         """This state as one tenant's reader sees it (None: every tenant, unchanged).
@@ -128,36 +178,50 @@ class State:
     def budget(self, job_id: str, tenant: str = "") -> TokenBudget:
         """The token budget every model call of ``job_id`` reserves from (and, given the
         job's ``tenant``, that tenant's daily money budget, if it has one)."""
+        from .budget import TokenBudget
+
         self.jobs.check(job_id)
         return TokenBudget(self.runner, job_id, tenant=tenant, spend=self.spend)
 
     def usage(self, job_id: str) -> JobUsage:
         """The job's model usage, recorded after every call."""
+        from .usage import JobUsage
+
         self.jobs.check(job_id)
         return JobUsage(self.runner, job_id)
 
     def records(self, job_id: str) -> Records:
         """The job's journal, checkpoints, workspace and progress."""
+        from .records import Records
+
         self.jobs.check(job_id)
         return Records(self.tasks, job_id)
 
     def artifacts(self, job_id: str, *, ride: bool = False) -> ArtifactStore:
         """The job's artifacts; ``ride``: stored with this thread's next write (a task's run)."""
+        from .artifacts import ArtifactStore
+
         self.jobs.check(job_id)
         return ArtifactStore(self.client, job_id, self.runner, ride=ride)
 
     def workspace_tree(self, tenant: str, tree_id: str) -> dict[str, FileEntry]:
         """The files of an imported tree, by path; TreeNotFound if the tenant holds none."""
+        from .workspace import Trees
+
         return Trees(self.client, tenant).entries(tree_id)
 
     def workspace(self, job_id: str) -> Workspace:
         """The job's files: the workspace it was submitted with and its coders' changes."""
+        from .workspace import Workspace
+
         job = self.jobs.get(job_id)
         return Workspace(self.client, tenant=job.tenant, tree=job.workspace, job_id=job_id)
 
     def locate_artifact(self, artifact_id: str) -> str:
         """The id of a kept job (this state's tenant's, when scoped) holding ``artifact_id``,
         newest first; ArtifactNotFound if none."""
+        from .artifacts import ArtifactNotFound
+
         job_ids = [j.decode() for j in self.client.zrange(keys.JOBS, 0, -1, desc=True)]
         pipe = self.client.pipeline(transaction=False)
         for job_id in job_ids:
