@@ -625,8 +625,10 @@ def submit(
 
     if timeout_s is not None and not wait:
         raise CoordinatorError("--timeout: only with --wait")
-    if (include or exclude or check) and workspace is None:
-        raise CoordinatorError("--include/--exclude/--check: only with --workspace")
+    given = [name for name, value in (("--include", include), ("--exclude", exclude),
+                                      ("--check", check)) if value]  # fmt: skip
+    if given and workspace is None:
+        raise CoordinatorError(f"{'/'.join(given)}: only with --workspace")
     settings = _settings()
     try:
         document = memory_file.read_text(encoding="utf-8") if memory_file else None
@@ -726,7 +728,7 @@ def _wait_for(client: "Client", job_id: str, timeout_s: float | None, as_json: b
 def status(
     job_id: Annotated[
         str | None,
-        typer.Argument(metavar="[JOB_ID]", help="A job id; without it, all recent jobs."),
+        typer.Argument(metavar="JOB_ID", help="A job id; without it, all recent jobs."),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="Jobs to list without JOB_ID.")] = 20,
     as_json: JsonOpt = False,
@@ -793,7 +795,7 @@ def workers_cmd(as_json: JsonOpt = False) -> None:
 def logs_cmd(
     job_id: Annotated[
         str | None,
-        typer.Argument(metavar="[JOB_ID]", help="A job id; without it, every job."),
+        typer.Argument(metavar="JOB_ID", help="A job id; without it, every job."),
     ] = None,
     follow: Annotated[
         bool,
@@ -1470,7 +1472,7 @@ def _print_demo_diff(doc: dict[str, object], diffs: list["FileDiff"], is_repo: b
     """The demo's ending: what the job changed, and how to take it into the repository."""
     from . import views
 
-    env = markup_safe(f"REDIS_URL={doc['redis_url']}")
+    env, rf = markup_safe(f"REDIS_URL={doc['redis_url']}"), markup_safe(views.program())
     views.console.print(f"\nthe job's changes to {markup_safe(str(doc['repo']))}:", highlight=False)
     for d in diffs:
         sys.stdout.write(multi_line(d.text))
@@ -1479,13 +1481,13 @@ def _print_demo_diff(doc: dict[str, object], diffs: list["FileDiff"], is_repo: b
     if is_repo:
         views.console.print(
             f"Make them a branch of that repository, one commit per passing feature:\n"
-            f"  {env} redfleet apply {job_id} --repo {repo}",
+            f"  {env} {rf} apply {job_id} --repo {repo}",
             highlight=False,
         )
     else:
         views.console.print(
             f"git is not installed: save them as a patch instead:\n"
-            f"  {env} redfleet export {job_id} DIR --patch",
+            f"  {env} {rf} export {job_id} DIR --patch",
             highlight=False,
         )
 

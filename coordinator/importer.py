@@ -67,14 +67,21 @@ class ImportReport:
     ignored: int  # paths left out by .gitignore, --include or --exclude (a folder counts once)
     seconds: float = 0.0
     source: str = ""
+    uncommitted: int = 0  # a repository's changed and untracked paths, left out
 
     def line(self) -> str:
         """``N files, M new, K bytes sent``, the summary a submit prints."""
         at = f" at commit {self.commit[:12]}" if self.commit else ""
-        return (
+        line = (
             f"workspace {self.source}{at}: {self.files} files ({_size(self.bytes)}), "
             f"{self.new} new, {self.sent} bytes sent; tree {self.tree}"
         )
+        if self.uncommitted:
+            line += (
+                f"; {self.uncommitted} uncommitted change(s) left out (`git status`): "
+                "commit them to include them"
+            )
+        return line
 
 
 @dataclass(frozen=True)
@@ -98,16 +105,17 @@ def import_workspace(
     """Store ``root``'s files as blobs of ``tenant`` and a tree of them; what was done."""
     started = time.monotonic()
     if not root.is_dir():
-        raise ImportRefused(f"--workspace {root}: not a folder")
+        why = "a file, not a folder" if root.exists() else "no such folder"
+        raise ImportRefused(f"--workspace {root}: {why}")
     root = root.resolve()
     wanted = _filter(include, exclude)
     git = (root / ".git").exists()
     skipped: list[str] = []  # what a .gitignore left out
     with _GitReader(root) if git else _nothing() as reader:
         if reader is not None:
-            commit, listed = reader.commit, list(reader.files())
+            commit, listed, uncommitted = reader.commit, list(reader.files()), reader.uncommitted()
         else:
-            commit, listed = "", list(_walk(root, skipped))
+            commit, listed, uncommitted = "", list(_walk(root, skipped)), 0
         kept = [f for f in listed if wanted(f.path)]
         _check(kept, limits)
         trees = Trees(client, tenant)
@@ -127,6 +135,7 @@ def import_workspace(
     return ImportReport(
         tree=tree,
         commit=commit,
+        uncommitted=uncommitted,
         files=len(entries),
         new=new,
         bytes=sum(e.size for e in entries),
@@ -357,6 +366,19 @@ class _GitReader:
                 "a repository needs at least one commit"
             )
         return done.stdout.decode("utf-8", "surrogateescape")
+
+    def uncommitted(self) -> int:
+        """How many paths differ from HEAD (edited, staged, deleted, or untracked and not
+        ignored): what an import of the commit leaves out."""
+        entries = iter(self._git("status", "--porcelain=v1", "-z").split("\0"))
+        count = 0
+        for entry in entries:
+            if not entry:
+                continue
+            count += 1
+            if entry[0] in "RC":  # a rename or copy: its source path follows
+                next(entries, None)
+        return count
 
     def __enter__(self) -> _GitReader:
         self._cat = subprocess.Popen(

@@ -353,7 +353,7 @@ def add(
 @memory_app.command()
 def forget(
     item_ids: Annotated[
-        list[str] | None, typer.Argument(metavar="[ITEM_ID]...", help="Items to forget.")
+        list[str] | None, typer.Argument(metavar="ITEM_ID", help="Items to forget.")
     ] = None,
     tenant: TenantOpt = None,
     user: Annotated[

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from shared_state import Event, Job, State, Task, WorkerInfo
@@ -24,6 +24,9 @@ from shared_state.scripts import server_ms
 
 from .errors import CoordinatorError
 from .text import cut, markup_safe, one_line
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # Piped output is not cut to 80 columns: ids stay whole for grep and copy.
 
@@ -51,6 +54,8 @@ def progress_bar(what: str, *, after_s: float) -> Iterator[Callable[[int, int], 
         if bar is None:
             if not sys.stderr.isatty() or time.monotonic() - started < after_s:
                 return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
             bar = Progress(
                 f"{what}:",
                 BarColumn(),
@@ -200,19 +205,32 @@ def outcome_doc(state: State, job_id: str) -> dict[str, Any]:
     return doc
 
 
+def program() -> str:
+    """The command as the user can type it again: ``redfleet`` when that is what PATH finds,
+    else the path this run was started by (``.venv/bin/redfleet`` in a venv not activated)."""
+    invoked = sys.argv[0]
+    if os.path.basename(invoked) != "redfleet":  # `python -m coordinator`
+        return "redfleet"
+    found = shutil.which("redfleet")
+    try:
+        return "redfleet" if found and os.path.samefile(found, invoked) else invoked
+    except OSError:  # the path it was started by is gone
+        return invoked
+
+
 def print_outcome(doc: dict[str, Any]) -> None:
     """The demo's summary for people."""
     table(f"job {doc['job_id']}: {doc['status']}", doc["tasks"], TASK_COLUMNS)
     usage, provider = doc["usage"], markup_safe(doc["provider"])
     console.print(
-        f"model calls: {usage['calls']} ({provider}); tokens in {usage['input_tokens']}, "
+        f"model calls: {usage['calls']}, by {provider}; tokens in {usage['input_tokens']}, "
         f"cached {usage['cached_tokens']}, out {usage['output_tokens']}; "
         f"priced at ${usage['cost_usd']:.4f} had a model been paid"
     )
     report = doc.get("report")
     if report:
         rows = [
-            {"feature": f["id"], "passes": f["passes"], "check": f["check"],
+            {"feature": f["id"], "passes": "yes" if f["passes"] else "no", "check": f["check"],
              "evidence": " ".join(f["evidence"])}
             for f in report["features"]
         ]  # fmt: skip
@@ -232,16 +250,16 @@ def print_outcome(doc: dict[str, Any]) -> None:
             f"left ({shown}): `redfleet memory list` shows them with their provenance"
         )
     # Per command, not exported: a later `redfleet up` in the shell must not join the demo.
-    env = markup_safe(f"REDIS_URL={doc['redis_url']}")
+    env, rf = markup_safe(f"REDIS_URL={doc['redis_url']}"), markup_safe(program())
     console.print(
         f"{len(doc['artifacts'])} artifacts, {doc['events']} events. Look further, on the "
         f"demo's own Redis:\n"
-        f"  {env} redfleet logs {doc['job_id']}\n"
-        f"  {env} redfleet artifacts {doc['job_id']}\n"
-        f"  {env} redfleet show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
-        f"  {env} redfleet show ARTIFACT_ID --lines 1:20\n"
+        f"  {env} {rf} logs {doc['job_id']}\n"
+        f"  {env} {rf} artifacts {doc['job_id']}\n"
+        f"  {env} {rf} show {doc['result'] or 'ARTIFACT_ID'}   # the final report\n"
+        f"  {env} {rf} show ARTIFACT_ID --lines 1:20\n"
         f"It keeps running for that; stop it with "
-        f"`REDFLEET_HOME={markup_safe(doc['redis_home'])} redfleet server stop`.",
+        f"`REDFLEET_HOME={markup_safe(doc['redis_home'])} {rf} server stop`.",
         soft_wrap=True,
     )
 

@@ -76,7 +76,7 @@ class JobSpec(_Record):
     @classmethod
     def _goal_not_blank(cls, goal: str) -> str:
         if not goal.strip():
-            raise ValueError("goal must not be blank")
+            raise ValueError("must not be blank")
         return goal.strip()
 
 

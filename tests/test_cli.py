@@ -117,7 +117,7 @@ def test_up_burst_runs_the_queued_jobs_and_exits_zero(state: State, redis_url) -
         (("status",), "nope://x", ["Redis URL"]),
         (("status",), "redis://127.0.0.1:{port}/0", ["cannot reach Redis"]),
         (("submit", "   "), "{url}", ["goal"]),
-        (("submit", ""), "{url}", ["goal must not be blank"]),
+        (("submit", ""), "{url}", ["goal: must not be blank"]),
         (("status", "j-missing"), "{url}", ["no job 'j-missing'"]),
         (("logs", "j-missing"), "{url}", ["no job 'j-missing'"]),
         (("cancel", "j-missing"), "{url}", ["no job 'j-missing'"]),
@@ -325,14 +325,18 @@ print("LOADED", *sorted(sys.modules), file=sys.stderr)
 
 
 def _loaded_by(*args: str, url: str) -> set[str]:
-    """The top-level packages a run of ``redfleet ARGS`` had loaded when it ended."""
+    """The modules a run of ``redfleet ARGS`` had loaded when it ended."""
     proc = subprocess.run(
         [sys.executable, "-c", _LOADED_BY, *args], capture_output=True, text=True, timeout=60,
         env={**os.environ, "REDIS_URL": url},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED "))
-    return {name.split(".")[0] for name in line.split()[1:]}
+    return set(line.split()[1:])
+
+
+def _packages(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
 
 
 def test_version_and_help_load_neither_settings_nor_the_redis_client(redis_url) -> None:
@@ -340,17 +344,23 @@ def test_version_and_help_load_neither_settings_nor_the_redis_client(redis_url) 
     ``coordinator.durability``); settings, models and the client load when a command
     reads them. (Typer itself loads pydantic to show some options' defaults.)"""
     for args in (("--version",), ("--help",)):
-        loaded = _loaded_by(*args, url=redis_url)
+        loaded = _packages(_loaded_by(*args, url=redis_url))
         assert loaded.isdisjoint({"pydantic", "pydantic_settings", "redis", "rq"}), (args, loaded)
     for args in (("memory", "--help"), ("limits", "--help"), ("submit", "--help")):
-        loaded = _loaded_by(*args, url=redis_url)
+        loaded = _packages(_loaded_by(*args, url=redis_url))
         assert loaded.isdisjoint({"pydantic_settings", "redis", "rq"}), (args, loaded)
 
 
-def test_reading_jobs_claims_and_logs_loads_no_rq(redis_url) -> None:
+def test_reading_jobs_claims_and_logs_loads_no_rq_memory_or_model_routes(redis_url) -> None:
     """RQ loads where an envelope is touched (``Delivery.queues``): ``status`` counts the
-    queues, ``claims`` and ``logs`` only read."""
-    for args in (("claims",), ("logs",)):
+    queues, ``claims`` and ``logs`` only read. None of the three loads memory, the model
+    routes' admission, budgets or the providers' choice: ``State`` makes each store on
+    first use."""
+    unused = ("shared_state.memory", "shared_state.admission", "shared_state.budget",
+              "workers.llm.choice", "workers.sandbox")  # fmt: skip
+    for args in (("claims",), ("logs",), ("status",)):
         loaded = _loaded_by(*args, url=redis_url)
         assert "redis" in loaded, args  # it did read the server
-        assert "rq" not in loaded, args
+        if args != ("status",):
+            assert "rq" not in _packages(loaded), args
+        assert not {m for m in loaded if m.startswith(unused)}, (args, sorted(loaded))

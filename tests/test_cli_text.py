@@ -324,3 +324,24 @@ def test_a_reader_that_closes_the_pipe_early_is_not_an_error(state: State, redis
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert err == ""
+
+
+def test_commands_printed_for_the_user_name_redfleet_as_they_can_run_it(
+    tmp_path, monkeypatch
+) -> None:
+    """A run from a venv not on PATH prints its follow-up commands with the path it was
+    started by; one PATH finds prints plain ``redfleet``; ``python -m`` prints ``redfleet``."""
+    from coordinator import views
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    program = bin_dir / "redfleet"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(program), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert views.program() == str(program)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin")
+    assert views.program() == "redfleet"
+    monkeypatch.setattr(sys, "argv", ["/src/coordinator/__main__.py", "demo"])
+    assert views.program() == "redfleet"

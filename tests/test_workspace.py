@@ -66,8 +66,11 @@ def test_a_git_import_takes_the_commits_files_honours_gitignore_and_records_the_
     (repo / "debug.log").write_text("noise\n")  # ignored
     (repo / "untracked.py").write_text("x = 1\n")  # not committed
     (repo / "m.py").write_text("edited but not committed\n")
+    git(repo, "mv", "pkg/a.py", "pkg/b.py")  # staged: one change, two paths in git's list
     report = import_workspace(state.client, "t1", repo)
     assert report.commit == git(repo, "rev-parse", "HEAD").strip()
+    assert report.uncommitted == 3  # the edit, the untracked file and the rename
+    assert "3 uncommitted change(s) left out" in report.line()
     files = state.workspace_tree("t1", report.tree)
     assert sorted(files) == [".gitignore", "logo.png", "m.py", "pkg/a.py"]
     assert files["logo.png"].binary and not files["m.py"].binary

@@ -119,29 +119,31 @@ class HandoffPackage(BaseModel):
         return version
 
     def markdown(self) -> str:
-        """A page a person can continue the job from."""
-        out = [f"# Handoff: job {self.job_id} ({self.status})", "", f"**Goal:** {self.goal}"]
+        """A page a person can continue the job from. Text from users and models stays on
+        its own line (``_inline``): a goal or a note cannot start a section of its own."""
+        goal = _inline(self.goal)
+        out = [f"# Handoff: job {self.job_id} ({self.status})", "", f"**Goal:** {goal}"]
         if self.reason:
-            out.append(f"**Why it stopped:** {self.reason}")
+            out.append(f"**Why it stopped:** {_inline(self.reason)}")
         out.append(f"**Criteria version:** `{self.criteria_version}`")
-        out += [f"**Constraint:** {c}" for c in self.constraints]
+        out += [f"**Constraint:** {_inline(c)}" for c in self.constraints]
         out += ["", "## Done (with evidence)"]
         out += [_feature_line(f) for f in self.completed] or ["- nothing verified yet"]
         out += ["", "## Remaining (in order)"]
         out += [_feature_line(f) for f in self.remaining] or ["- nothing"]
         out += ["", "## Confirmed facts (the user said it, or a check proved it)"]
-        out += [f"- {f.text} ({f.source})" for f in self.confirmed_facts] or ["- none"]
+        out += [_noted(f) for f in self.confirmed_facts] or ["- none"]
         out += ["", "## Assumptions (an agent noted them; not verified)"]
-        out += [f"- {f.text} ({f.source})" for f in self.assumptions] or ["- none"]
+        out += [_noted(f) for f in self.assumptions] or ["- none"]
         if self.decisions:
-            out += ["", "## Decisions"] + [f"- {d.text} ({d.source})" for d in self.decisions]
+            out += ["", "## Decisions"] + [_noted(d) for d in self.decisions]
         if self.resumption:
             out += ["", "## Resumption checks (the last resume)"]
-            out += [f"- {r.feature_id} {r.verdict}: {r.why}" for r in self.resumption]
+            out += [f"- {r.feature_id} {r.verdict}: {_inline(r.why)}" for r in self.resumption]
         if self.approvals_needed:
             out += ["", "## Waiting for you"]
             out += [
-                f"- {a.task_id} ({a.role}) asks: {a.question} — "
+                f"- {a.task_id} ({a.role}) asks: {_inline(a.question)} — "
                 f"`redfleet approve {self.job_id} {a.task_id}` or `reject ... --note`"
                 for a in self.approvals_needed
             ]
@@ -153,16 +155,25 @@ class HandoffPackage(BaseModel):
                 for c in self.live_claims
             ]
         out += ["", "## Artifacts"]
-        out += [f"- {a.id} {a.kind}: {a.title}" for a in self.artifacts] or ["- none"]
+        out += [f"- {a.id} {a.kind}: {_inline(a.title)}" for a in self.artifacts] or ["- none"]
         out += ["", "## Effects made (journal idempotency keys)"]
         out += [f"- `{o.key}` {o.tool}: {o.status}" for o in self.operations] or ["- none"]
-        out += ["", f"**Next action:** {self.next_action or 'none recorded'}"]
+        out += ["", f"**Next action:** {_inline(self.next_action) or 'none recorded'}"]
         return "\n".join(out) + "\n"
+
+
+def _inline(text: str) -> str:
+    """``text`` on one line, its line breaks written as ``\\n`` (as ``status`` shows them)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _noted(f: FactItem) -> str:
+    return f"- {_inline(f.text)} ({_inline(f.source)})"
 
 
 def _feature_line(f: FeatureItem) -> str:
     evidence = ", ".join(e.artifact_id for e in f.evidence)
-    return f"- {f.id} {f.description} — check `{f.check}`" + (
+    return f"- {f.id} {_inline(f.description)} — check `{_inline(f.check)}`" + (
         f"; evidence {evidence}" if evidence else ""
     )
 
