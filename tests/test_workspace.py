@@ -282,6 +282,29 @@ def test_a_job_over_a_repository_edits_it_once_and_its_diff_applies_to_the_repos
     assert "1 passed" in store.text(log.id)
 
 
+def test_a_job_with_a_check_no_feature_names_never_succeeds(
+    state: State, start_fleet, tmp_path: Path
+) -> None:
+    """``submit --check`` is the user's word on success: a feature list that does not
+    name it (check 'workspace') is refused, told to the model, and a planner that goes on
+    without one fails the job, where it would have passed on the model's own tests."""
+    repo = make_repo(tmp_path / "repo", {"m.py": BUGGY, "test_m.py": TEST_M, "notes.txt": "n\n"})
+    script = tmp_path / "fix.json"
+    script.write_text(json.dumps(FIX))  # F1's check: test_m.py, not the job's check
+    report = import_workspace(state.client, "default", repo)
+    job = state.jobs.submit(
+        JobSpec(goal="fix double", scenario=Scenario.AGENTS, workspace=report.tree,
+                workspace_commit=report.commit, check="python -m pytest -q test_m.py")
+    )  # fmt: skip
+    start_fleet(planners=1, coders=1, reviewers=1, worker_env=(("REDFLEET_SCRIPT", str(script)),))
+    done = finished(state, job.job_id)
+    assert done.status == "failed", done.reason
+    store = state.artifacts(job.job_id)
+    told = [store.text(r.id) for r in store.list() if r.title.startswith("write_features result")]
+    assert any("submitted with a check (`python -m pytest -q test_m.py`)" in t for t in told), told
+    assert not [r for r in store.list() if r.kind == "features"]
+
+
 def test_apply_refuses_a_moved_repository_and_merges_three_ways_when_asked(
     state: State, tmp_path: Path, redis_url: str
 ) -> None:

@@ -33,7 +33,7 @@ from ..tools import Tool, ToolResult
 from .arguments import Brief
 from .batch_tools import ITEMS, merge_checks, merge_reports, planner_item_tools, read_items
 from .effects import Spawn
-from .features import Feature, FeatureList, VerdictList
+from .features import WORKSPACE_CHECK, Feature, FeatureList, VerdictList
 from .reader_tools import reader_tools
 from .subagent_tool import subagent_tool
 from .task import AgentTask
@@ -155,6 +155,13 @@ class Planner(AgentTask):
             features = FeatureList(goal=self.run.job.goal, features=a.features)
         except ValueError as exc:
             raise ToolRefused(str(exc)) from exc
+        check = self.run.job.check
+        if check and not any(f.check == WORKSPACE_CHECK for f in features.features):
+            # Else a job submitted with a check could succeed without it ever running.
+            raise ToolRefused(
+                f"the job was submitted with a check (`{check}`): at least one feature must "
+                f"name it (check {WORKSPACE_CHECK!r}), so the job passes only if it does"
+            )
         ref = ctx.store(
             features.model_dump_json(indent=1),
             kind="features",
