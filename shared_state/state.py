@@ -57,8 +57,8 @@ class State:
         self.tenant: str | None = None  # see ``for_tenant``
 
     # Each store below is made, and its module imported, when first used: a command that
-    # reads claims or events (``redfleet claims``, ``logs``) does not load memory,
-    # admission or budgets, which are most of this package's import time.
+    # reads claims or events (``redfleet claims``, ``logs``) loads no memory, admission or
+    # budgets, which it never reads.
 
     @cached_property
     def delivery(self) -> Delivery:

@@ -35,6 +35,7 @@ they still run after the supervisor's drain timeout.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import secrets
 import signal
@@ -321,6 +322,10 @@ def run_worker(
         stuck_after_s=stuck_after_s,
     )
     _preload(state, runtime.provider)
+    # What the process loaded to serve (its modules, the tokenizer's tables, recall's
+    # index) stays for its life: out of the collector's generations, a full collection
+    # no longer walks it.
+    gc.freeze()
     runtime.heartbeat.tick()
     runtime.heartbeat.start()
     try:
