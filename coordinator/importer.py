@@ -368,15 +368,19 @@ class _GitReader:
         return done.stdout.decode("utf-8", "surrogateescape")
 
     def uncommitted(self) -> int:
-        """How many paths differ from HEAD (edited, staged, deleted, or untracked and not
-        ignored): what an import of the commit leaves out."""
-        entries = iter(self._git("status", "--porcelain=v1", "-z").split("\0"))
-        count = 0
+        """How many paths ``git status`` lists (edited, staged, deleted, or untracked and
+        not ignored; an untracked folder once): what an import of the commit leaves out.
+        0 when git cannot tell: the count only informs, the import stands."""
+        try:  # --no-optional-locks: the user's index is only read, never locked
+            listed = self._git("--no-optional-locks", "status", "--porcelain=v1", "-z")
+        except ImportRefused:
+            return 0
+        entries, count = iter(listed.split("\0")), 0
         for entry in entries:
             if not entry:
                 continue
             count += 1
-            if entry[0] in "RC":  # a rename or copy: its source path follows
+            if "R" in entry[:2] or "C" in entry[:2]:  # renamed or copied: the source follows
                 next(entries, None)
         return count
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -213,9 +214,10 @@ def program() -> str:
         return "redfleet"
     found = shutil.which("redfleet")
     try:
-        return "redfleet" if found and os.path.samefile(found, invoked) else invoked
+        same = found is not None and os.path.samefile(found, invoked)
     except OSError:  # the path it was started by is gone
-        return invoked
+        same = False
+    return "redfleet" if same else shlex.quote(invoked)
 
 
 def print_outcome(doc: dict[str, Any]) -> None:

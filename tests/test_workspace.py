@@ -67,10 +67,12 @@ def test_a_git_import_takes_the_commits_files_honours_gitignore_and_records_the_
     (repo / "untracked.py").write_text("x = 1\n")  # not committed
     (repo / "m.py").write_text("edited but not committed\n")
     git(repo, "mv", "pkg/a.py", "pkg/b.py")  # staged: one change, two paths in git's list
+    (repo / "logo.png").rename(repo / "art.png")
+    git(repo, "add", "-N", "art.png")  # renamed in the work tree only: " R art.png", logo.png
     report = import_workspace(state.client, "t1", repo)
     assert report.commit == git(repo, "rev-parse", "HEAD").strip()
-    assert report.uncommitted == 3  # the edit, the untracked file and the rename
-    assert "3 uncommitted change(s) left out" in report.line()
+    assert report.uncommitted == 4  # the edit, the untracked file and the two renames
+    assert "4 uncommitted change(s) left out" in report.line()
     files = state.workspace_tree("t1", report.tree)
     assert sorted(files) == [".gitignore", "logo.png", "m.py", "pkg/a.py"]
     assert files["logo.png"].binary and not files["m.py"].binary

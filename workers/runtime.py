@@ -322,9 +322,10 @@ def run_worker(
         stuck_after_s=stuck_after_s,
     )
     _preload(state, runtime.provider)
-    # What the process loaded to serve (its modules, the tokenizer's tables, recall's
-    # index) stays for its life: out of the collector's generations, a full collection
-    # no longer walks it.
+    # What the process loaded to serve (its modules, the tokenizer's tables, numpy) stays
+    # for its life: out of the collector's generations, a full collection no longer walks
+    # it. Collected first, so no garbage of the loading is kept for good.
+    gc.collect()
     gc.freeze()
     runtime.heartbeat.tick()
     runtime.heartbeat.start()

@@ -69,6 +69,9 @@ RESTART_PAUSE_S = 1.0  # before a slot whose loop raised starts it again
 # stop that came after the unsubscribe's reply and before the thread's next turn waited
 # those 60 s, past the fleet's drain timeout, and the worker was killed.
 COMMANDS_TURN_S = 1.0
+# How long a stop waits for that thread. Redis away, one turn is the client's retries
+# (seconds, more when stalled); the thread, a daemon, then ends with the process.
+COMMANDS_STOP_S = 2.0
 _BLOCKING = {"blmove", "brpoplpush", "blpop", "brpop"}
 _BEAT_MARGIN_S = 1.0  # a tick may run late by this much and still come first
 # RQ heartbeats a worker up to five times a job, each an HSET and two EXPIREs sent one
@@ -209,8 +212,8 @@ class SlotWorker(SimpleWorker):
         self.born = True
 
     def subscribe(self) -> None:
-        """RQ's own, with a turn of ``COMMANDS_TURN_S``: a stop waits on it that long at most
-        (a turn with nothing to read sends nothing to Redis)."""
+        """RQ's own, with a turn of ``COMMANDS_TURN_S``: a stop waits on it that long while
+        Redis answers (a turn with nothing to read sends nothing)."""
         if not self.commands:
             return
         self.pubsub = self.connection.pubsub()
@@ -220,6 +223,19 @@ class SlotWorker(SimpleWorker):
             daemon=True,
             exception_handler=self._pubsub_exception_handler,
         )
+
+    def unsubscribe(self) -> None:
+        """RQ's own, its wait on the thread bounded (``COMMANDS_STOP_S``)."""
+        if self.pubsub_thread is None:
+            return
+        self.pubsub.unsubscribe()
+        self._stop_commands()
+
+    def _stop_commands(self) -> None:
+        assert self.pubsub_thread is not None
+        self.pubsub_thread.stop(timeout=COMMANDS_STOP_S)
+        if not self.pubsub_thread.is_alive():  # else it closes the connection as it ends
+            self.pubsub.close()
 
     def check_for_suspension(self, burst: bool) -> None:
         # Called at the top of every turn of RQ's loop: where it looks for a stop. RQ
@@ -397,8 +413,8 @@ class SlotWorker(SimpleWorker):
         finally:
             # register_death fails while Redis is away and skips the unsubscribe:
             # without this every resumed loop would leave a pubsub thread behind.
-            if self.pubsub_thread is not None:
-                self.pubsub_thread.stop()
+            if self.pubsub_thread is not None and self.pubsub_thread.is_alive():
+                self._stop_commands()  # no UNSUBSCRIBE: Redis did not take the last write
 
 
 def serve(
