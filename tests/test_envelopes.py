@@ -90,7 +90,7 @@ def test_a_slots_command_thread_stops_at_once_however_its_unsubscribe_lands(
     and stops it. Where the thread had already taken the unsubscribe's reply, it waits
     for a new subscription one turn long: RQ's turn is 60 s, and redis-py's ``stop`` joins
     it with no limit, past the fleet's 30 s drain (the worker was killed). A slot's turn
-    is ``COMMANDS_TURN_S``."""
+    is ``COMMANDS_TURN_S``, within the stop's own bound (``COMMANDS_STOP_S``)."""
     queue = Queue("test.commands", connection=state.client, serializer=JSONSerializer)
     worker = slots.SlotWorker(
         [queue], connection=state.client, serializer=JSONSerializer, stop=threading.Event(),
@@ -103,6 +103,6 @@ def test_a_slots_command_thread_stops_at_once_however_its_unsubscribe_lands(
     wait_for(lambda: not pubsub.subscribed, 10, "the thread to take the unsubscribe's reply")
     stopping = threading.Thread(target=worker.unsubscribe, daemon=True)  # as teardown does
     stopping.start()
-    stopping.join(timeout=10 * slots.COMMANDS_TURN_S)
-    assert not stopping.is_alive(), "the command thread's stop waited out a long turn"
-    assert not worker.pubsub_thread.is_alive()
+    stopping.join(timeout=10 * slots.COMMANDS_STOP_S)
+    assert not stopping.is_alive(), "the unsubscribe hung on the command thread"
+    assert not worker.pubsub_thread.is_alive(), "the thread still waits out a long turn"
