@@ -19,7 +19,8 @@ connections to the old primary fail, and the retries connect to the new one.
 Every connection names its library to the server as ``redis-py(redfleet_v<version>)``
 (``CLIENT SETINFO``: ``CLIENT LIST`` shows it from Redis 7.2), from ``driver()``, made
 once: without it redis-py looks its own version up in the package metadata for each
-new connection (~0.5 ms of CPU, and a slot's pool grows with the tasks it runs).
+new connection (~0.5 ms of CPU, and a slot's pool grows with the tasks it runs),
+and puts its commands on the wire with one hiredis call each (``Packer``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
+import hiredis
 import redis
 from redis import DriverInfo
 from redis.backoff import EqualJitterBackoff
+from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -50,6 +53,37 @@ def driver() -> DriverInfo:
     except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
         version = "0"
     return DriverInfo(lib_version=redis.__version__).add_upstream_driver("redfleet", version)
+
+
+class Packer:
+    """Puts a command on the wire with one hiredis call.
+
+    redis-py's own packer converts every argument in Python before hiredis
+    packs them (~1 µs an argument: ~10 of a ten-argument command's ~12 µs,
+    where hiredis alone takes ~1), and a worker sends hundreds of commands a
+    task. hiredis takes str, bytes, int and float as they are and writes the
+    same bytes (UTF-8, ``repr`` of a float); what it refuses — a bool, an
+    IntEnum, None, a bytearray or memoryview — goes to redis-py's packer, which
+    converts or refuses it as it always did (``DataError``).
+    """
+
+    def __init__(self) -> None:
+        encode = Encoder("utf-8", "strict", decode_responses=False).encode
+        python = PythonRespSerializer(6000, encode)  # redis-py's buffer cutoff
+        self._redis_py = HiredisRespSerializer(python.pack, encode)
+
+    def pack(self, *args: Any) -> list[bytes]:
+        command = args[0]
+        # A command of two words ("CLIENT SETNAME") is two arguments, as redis-py sends it.
+        if " " in command if isinstance(command, str) else b" " in command:
+            args = (*command.split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return self._redis_py.pack(*args)
+
+
+PACKER = Packer()  # it holds no state: every connection shares it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +130,7 @@ class ClientOptions:
             "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
             "client_name": self.client_name,
             "driver_info": driver(),
+            "command_packer": PACKER,
         }
 
 

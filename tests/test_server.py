@@ -5,6 +5,7 @@ Every test runs real redis-server processes and stops the ones it started.
 
 from __future__ import annotations
 
+import enum
 import importlib.metadata
 import json
 import os
@@ -20,7 +21,7 @@ import redis
 
 from coordinator.connection import Embedded
 from shared_state import ConnectionFailed, RedisServer, State, StateError
-from shared_state.client import ClientOptions, connect
+from shared_state.client import PACKER, ClientOptions, connect, sibling
 
 from .conftest import wait_for
 from .processes import alive
@@ -252,3 +253,57 @@ def test_a_new_connection_names_redfleet_and_reads_no_package_metadata(
     finally:
         client.close()
     assert looked_up == []
+
+
+class _Roles(enum.StrEnum):
+    CODER = "coder"
+
+
+class _Codes(enum.IntEnum):
+    OK = 0
+
+
+def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wire bytes are redis-py's for every argument; what hiredis refuses, redis-py's
+    packer converts (an IntEnum, a bytearray) or refuses (``DataError``) as before."""
+    redis_py = redis.connection.Connection()._command_packer
+    commands: list[tuple[Any, ...]] = [
+        ("SET", "k", "é ü"),
+        ("SET", b"k", b"\x00\xff"),
+        ("EVALSHA", "abc", 2, "k1", "k2", -5, 2**70, 1.5, 0.1, 1e20, float("inf")),
+        ("HSET", "h", "role", _Roles.CODER, "code", _Codes.OK),
+        ("SET", "k", bytearray(b"ab")),
+        ("SET", "k", memoryview(b"ab")),
+        ("CLIENT SETNAME", "n"),
+        (b"CLIENT SETNAME", b"n"),
+    ]
+    for command in commands:
+        assert b"".join(map(bytes, PACKER.pack(*command))) == b"".join(
+            map(bytes, redis_py.pack(*command))
+        ), command
+    for bad in (True, None, [1]):
+        with pytest.raises(redis.DataError, match="Invalid input of type"):
+            PACKER.pack("SET", "k", bad)
+
+    client = connect(redis_url)
+    rq_client = sibling(client, ClientOptions(), for_rq=True)
+    # Only what hiredis refuses reaches redis-py's packer: not str, bytes, int or float.
+    monkeypatch.setattr(PACKER, "_redis_py", None)
+    try:
+        for c in (client, rq_client):
+            connection = c.connection_pool.get_connection()
+            assert connection._command_packer is PACKER
+            c.connection_pool.release(connection)
+            c.hset("h", mapping={"text": "é ü", "n": 2**70, "x": 0.1})
+            assert c.hmget("h", "text", "n", "x") == [
+                "é ü".encode(),
+                b"1180591620717411303424",
+                b"0.1",
+            ]
+            assert c.pipeline(transaction=True).incrby("c", 2).get("c").execute() == [2, b"2"]
+            c.delete("c")
+    finally:
+        client.close()
+        rq_client.close()
