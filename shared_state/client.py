@@ -20,7 +20,7 @@ Every connection names its library to the server as ``redis-py(redfleet_v<versio
 (``CLIENT SETINFO``: ``CLIENT LIST`` shows it from Redis 7.2), from ``driver()``, made
 once: without it redis-py looks its own version up in the package metadata for each
 new connection (~0.5 ms of CPU, and a slot's pool grows with the tasks it runs),
-and puts its commands on the wire with one hiredis call each (``Packer``).
+and puts a command on the wire with one hiredis call where it can (``Packer``).
 """
 
 from __future__ import annotations
@@ -55,16 +55,25 @@ def driver() -> DriverInfo:
     return DriverInfo(lib_version=redis.__version__).add_upstream_driver("redfleet", version)
 
 
+# Python refuses to write an int of more than 4,300 digits (``sys.set_int_max_str_digits``):
+# redis-py's packer raises for one, and hiredis, handed one, crashes the process.
+_INT_LIMIT = 10**4000
+
+
 class Packer:
     """Puts a command on the wire with one hiredis call.
 
     redis-py's own packer converts every argument in Python before hiredis
     packs them (~1 µs an argument: ~10 of a ten-argument command's ~12 µs,
     where hiredis alone takes ~1), and a worker sends hundreds of commands a
-    task. hiredis takes str, bytes, int and float as they are and writes the
-    same bytes (UTF-8, ``repr`` of a float); what it refuses — a bool, an
-    IntEnum, None, a bytearray or memoryview — goes to redis-py's packer, which
-    converts or refuses it as it always did (``DataError``).
+    task. A command whose arguments are all exactly ASCII str, bytes, float or
+    an int of a printable size goes to hiredis as it is, which writes the same
+    bytes (``repr`` of a number). Anything else — a non-ASCII str (hiredis
+    would keep a UTF-8 copy inside a string the program may hold on to), an
+    enum, a bool, None, a bytearray or memoryview (sent without a copy) — goes
+    to redis-py's packer, which converts or refuses it as it always did
+    (``DataError``). Strings are UTF-8, as every reply redfleet reads is
+    decoded: an ``encoding`` in the Redis URL is not supported.
     """
 
     def __init__(self) -> None:
@@ -72,18 +81,29 @@ class Packer:
         python = PythonRespSerializer(6000, encode)  # redis-py's buffer cutoff
         self._redis_py = HiredisRespSerializer(python.pack, encode)
 
-    def pack(self, *args: Any) -> list[bytes]:
+    def pack(self, *args: Any) -> list[bytes | memoryview]:
         command = args[0]
-        # A command of two words ("CLIENT SETNAME") is two arguments, as redis-py sends it.
-        if " " in command if isinstance(command, str) else b" " in command:
+        # A command of two words ("CLIENT SETNAME") is two arguments, split as redis-py does.
+        if isinstance(command, str):
+            args = (*command.encode().split(), *args[1:])
+        elif b" " in command:
             args = (*command.split(), *args[1:])
-        try:
+        for arg in args:
+            kind = type(arg)
+            if kind is str:
+                if not arg.isascii():
+                    break
+            elif kind is int:
+                if not -_INT_LIMIT < arg < _INT_LIMIT:
+                    break
+            elif kind is not bytes and kind is not float:
+                break
+        else:
             return [hiredis.pack_command(args)]
-        except TypeError:
-            return self._redis_py.pack(*args)
+        return self._redis_py.pack(*args)
 
 
-PACKER = Packer()  # it holds no state: every connection shares it
+PACKER = Packer()  # nothing in it changes: every connection and thread shares it
 
 
 @dataclass(frozen=True, kw_only=True)

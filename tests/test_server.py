@@ -264,10 +264,12 @@ class _Codes(enum.IntEnum):
 
 
 def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str,
 ) -> None:
-    """The wire bytes are redis-py's for every argument; what hiredis refuses, redis-py's
-    packer converts (an IntEnum, a bytearray) or refuses (``DataError``) as before."""
+    """The wire bytes are redis-py's for every argument; what hiredis is not handed (a
+    non-ASCII str, an enum, a buffer, an int too long to print), redis-py's packer converts
+    or refuses as before (``DataError``, ``ValueError``) — hiredis would crash the process
+    on that int."""
     redis_py = redis.connection.Connection()._command_packer
     commands: list[tuple[Any, ...]] = [
         ("SET", "k", "é ü"),
@@ -275,9 +277,10 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
         ("EVALSHA", "abc", 2, "k1", "k2", -5, 2**70, 1.5, 0.1, 1e20, float("inf")),
         ("HSET", "h", "role", _Roles.CODER, "code", _Codes.OK),
         ("SET", "k", bytearray(b"ab")),
-        ("SET", "k", memoryview(b"ab")),
+        ("SET", "k", memoryview(b"abcdef")[::2]),  # strided: "ace"
         ("CLIENT SETNAME", "n"),
         (b"CLIENT SETNAME", b"n"),
+        ("GET\t", "k"),
     ]
     for command in commands:
         assert b"".join(map(bytes, PACKER.pack(*command))) == b"".join(
@@ -286,24 +289,33 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
     for bad in (True, None, [1]):
         with pytest.raises(redis.DataError, match="Invalid input of type"):
             PACKER.pack("SET", "k", bad)
+    with pytest.raises(ValueError, match="limit"):
+        PACKER.pack("SET", "k", 10**5000)
 
     client = connect(redis_url)
     rq_client = sibling(client, ClientOptions(), for_rq=True)
-    # Only what hiredis refuses reaches redis-py's packer: not str, bytes, int or float.
-    monkeypatch.setattr(PACKER, "_redis_py", None)
+    handed: list[tuple[Any, ...]] = []
+    # Counted where redis-py's packer is asked: never for ASCII str, bytes, int or float.
+    real = PACKER._redis_py.pack
+    PACKER._redis_py.pack = lambda *args: handed.append(args) or real(*args)  # type: ignore[method-assign]
     try:
         for c in (client, rq_client):
             connection = c.connection_pool.get_connection()
             assert connection._command_packer is PACKER
             c.connection_pool.release(connection)
-            c.hset("h", mapping={"text": "é ü", "n": 2**70, "x": 0.1})
-            assert c.hmget("h", "text", "n", "x") == [
-                "é ü".encode(),
+            c.hset("h", mapping={"text": "a b", "n": 2**70, "x": 0.1, "raw": b"\xff"})
+            assert c.hmget("h", "text", "n", "x", "raw") == [
+                b"a b",
                 b"1180591620717411303424",
                 b"0.1",
+                b"\xff",
             ]
             assert c.pipeline(transaction=True).incrby("c", 2).get("c").execute() == [2, b"2"]
             c.delete("c")
+        assert handed == []
+        client.set("k", "é ü")
+        assert client.get("k") == "é ü".encode() and len(handed) == 1
     finally:
+        del PACKER._redis_py.pack
         client.close()
         rq_client.close()
