@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shared_state import JobSpec, NotReplicated, Role, Scenario, State, keys
-from shared_state.client import SentinelTarget
+from shared_state.client import SentinelTarget, connect
 from shared_state.scripts import server_ms
 
 from .conftest import events_named, wait_for
@@ -55,6 +55,29 @@ def _replica(d: Deployment) -> Any:
     primary = d.primary_port()
     (node,) = [n for port, n in d.nodes.items() if port != primary]
     return node.process
+
+
+def test_every_threads_own_connection_reaches_the_primary_the_sentinels_name(
+    deployment: Deployment,
+) -> None:
+    """A thread's connection, made and remade outside redis-py's pool, still asks the
+    sentinels where the primary is (sending on an unconnected one would dial redis-py's
+    default, localhost:6379, another server altogether)."""
+    client = connect(deployment.url)
+    ports: list[int] = []
+
+    def use() -> None:
+        for _ in range(2):
+            assert client.ping()
+            ports.append(client.pinned().port)
+            client.pinned().disconnect()  # the next command connects it again
+
+    thread = threading.Thread(target=use)
+    thread.start()
+    thread.join()
+    use()
+    client.close()
+    assert ports == [deployment.primary_port()] * 4
 
 
 def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(

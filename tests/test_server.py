@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,75 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
         del PACKER._redis_py.pack
         client.close()
         rq_client.close()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_each_thread_keeps_one_connection_and_none_is_left_mid_reply(redis_url: str) -> None:
+    """A thread's commands and pipelines share one connection the pool never hands out;
+    one interrupted while its reply is on the way, or cut by the server, is replaced, so
+    no command reads another's reply; a forked child makes its own; ``close`` closes all."""
+    client = connect(redis_url, ClientOptions(client_name="pinned-test"))
+    other = connect(redis_url)
+    taken: list[object] = []
+    pool = client.connection_pool
+    real_get = pool.get_connection
+    pool.get_connection = lambda *a, **k: taken.append(1) or real_get(*a, **k)  # type: ignore[method-assign]
+    try:
+        mine = client.client_id()
+        assert client.pipeline(transaction=False).client_id().execute() == [mine]
+        assert client.pipeline(transaction=True).client_id().execute() == [mine]
+        theirs: list[int] = []
+        thread = threading.Thread(target=lambda: theirs.append(client.client_id()))
+        thread.start()
+        thread.join()
+        assert theirs and theirs[0] != mine
+        assert taken == []  # the pool was never asked
+
+        def interrupt(_signum: int, _frame: Any) -> None:
+            raise _Interrupted
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            for blocked in (
+                lambda: client.blpop(["nothing"], timeout=1),
+                lambda: client.pipeline(transaction=False).blpop(["nothing"], 1).execute(),
+            ):
+                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                with pytest.raises(_Interrupted):
+                    blocked()
+                # The BLPOP's reply (nil, a second on) is not what these read.
+                assert client.echo("after") == b"after"
+                assert client.pipeline(transaction=False).echo("x").echo("y").execute() == [
+                    b"x",
+                    b"y",
+                ]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert client.client_id() != mine
+
+        cut = client.client_id()
+        other.client_kill_filter(_id=cut)
+        assert client.echo("retried") == b"retried"  # the connection's retry, as before
+        assert client.client_id() != cut
+
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            os.write(write, str(client.client_id()).encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(child, 0)
+        assert int(os.read(read, 64)) != client.client_id()
+        os.close(read)
+        assert taken == []
+
+        names = lambda: [c for c in other.client_list() if c["name"] == "pinned-test"]  # noqa: E731
+        assert names()
+        client.close()
+        wait_for(lambda: not names(), what="every thread's connection closed")
+    finally:
+        other.close()
