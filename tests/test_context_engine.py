@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -24,6 +25,7 @@ from workers.context import (
     tokenizer_for,
     turns,
 )
+from workers.context import engine as engine_module
 from workers.context.stubs import CUT_MARK
 from workers.errors import ContextCeilingExceeded, PromptTooLarge
 
@@ -303,6 +305,29 @@ def test_the_prefix_stays_byte_identical_when_only_state_and_results_change() ->
     assert len(hashes) == 1
     assert busts == [""] * 8
     assert ledger.totals()["cacheable_share"] > 0.5
+
+
+def test_a_prefix_is_hashed_once_however_many_calls_send_it() -> None:
+    """The stable slots' SHA-256 is taken once per distinct prefix, not once per call; a
+    changed reference is a new prefix, hashed once more."""
+    digest = engine_module._prefix_digest
+    digest.cache_clear()  # another test's prefix is not this one's
+    engine = ContextEngine(MemoryArtifacts())
+    tools = [ToolSpec("fetch", "fetch a page", {"type": "object"})]
+    state, history = WorkingState(goal="g"), []
+    seen = []
+    for i in range(6):
+        history += step(i, f"short result {i}")
+        reference = "ref text" if i < 3 else "another reference"
+        prompt = engine.build(request(history, state=state, tools=tools, reference=reference))
+        history = prompt.history
+        seen.append(prompt.prefix_hash())
+        text = "\x00".join(
+            b.text for b in prompt.blocks if b.slot in (Slot.SYSTEM, Slot.TOOLS, Slot.REFERENCE)
+        )
+        assert seen[-1] == hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert len(set(seen[:3])) == 1 and len(set(seen[3:])) == 1 and seen[0] != seen[3]
+    assert (digest.cache_info().misses, digest.cache_info().hits) == (2, 4)
 
 
 def test_a_state_update_shows_in_the_very_next_call_and_the_prefix_is_unchanged() -> None:
