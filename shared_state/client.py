@@ -27,6 +27,7 @@ and puts a command on the wire with one hiredis call where it can (``Packer``). 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import socket
@@ -44,7 +45,7 @@ from redis import DriverInfo
 from redis.backoff import EqualJitterBackoff
 from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from .errors import ConnectionFailed
 from .redact import redact
@@ -164,15 +165,23 @@ def _translated(exc: Exception) -> ConnectionFailed:
     return ConnectionFailed(redact(f"Redis unreachable: {exc}"))
 
 
+def _dial(conn: redis.connection.AbstractConnection) -> None:
+    """Connect ``conn`` once: the round trip's retries are the retries (``connect`` would
+    retry on its own inside each). A Sentinel connection asks where the primary is first;
+    sending on an unconnected one would dial its own defaults, localhost:6379."""
+    if isinstance(conn, SentinelManagedConnection):
+        conn._connect_retry()  # one ask, one connect
+    else:
+        conn.connect_check_health(check_health=True, retry_socket_connect=False)
+
+
 def _in_step(conn: redis.connection.AbstractConnection, attempt: Callable[[], Any]) -> Any:
     """``attempt`` on ``conn`` with the connection's retries; a connection that may hold
     part of a reply afterwards (anything raised but an error reply) is dropped."""
 
     def connected_attempt() -> Any:
         if not conn.is_connected:
-            # ``connect`` first, as the pool does: a Sentinel connection asks there where
-            # the primary is, and sending on a closed one would dial its defaults instead.
-            conn.connect()
+            _dial(conn)
         return attempt()
 
     try:
@@ -185,6 +194,23 @@ def _in_step(conn: redis.connection.AbstractConnection, attempt: Callable[[], An
     except BaseException:  # a signal, a reply a callback could not parse: never reused
         conn.disconnect()
         raise
+
+
+class _Pin:
+    """A thread's connection, closed when the thread ends and its locals go: a connection
+    sits in reference cycles (its notification handlers) that only the collector frees,
+    which for long-lived objects can be a long while."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: redis.connection.AbstractConnection) -> None:
+        self.conn = conn
+
+    def __del__(self) -> None:
+        # In a forked child this closes only the child's descriptor; at interpreter exit
+        # there may be nothing left to close with.
+        with contextlib.suppress(Exception):
+            self.conn.disconnect()
 
 
 class _Pipeline(redis.client.Pipeline):
@@ -206,10 +232,13 @@ class _Pipeline(redis.client.Pipeline):
             return []
         multi = self.transaction or self.explicit_transaction
         send = self._execute_transaction if multi else self._execute_pipeline
-        conn = self._client.pinned()
+        # Held as the pipeline's while it runs (a short EXEC reply disconnects
+        # ``self.connection``), and let go before ``reset``, which would hand it to the pool.
+        self.connection = conn = self._client.pinned()
         try:
             return _in_step(conn, lambda: send(conn, stack, raise_on_error))
         finally:
+            self.connection = None
             self.reset()
 
 
@@ -224,25 +253,41 @@ class Client(redis.Redis):
     every round trip, polls it for stray data and records its state for observability:
     about half of a single command's ~120,000 instructions. A connection one thread
     alone uses is never left mid-reply (``_in_step`` drops one that might be), so it
-    needs neither. The retries, timeouts, health check and Sentinel's reconnects are
-    the connection's own, as before; a pipeline that WATCHes takes a pooled connection,
-    as redis-py's does. ``close`` closes every thread's.
+    needs neither. The retries, timeouts and health check are the connection's own, as
+    before; on Sentinel a connection to a primary the sentinels no longer name is
+    dropped before its next round trip, as the pool drops one handed back. A pipeline
+    that WATCHes takes a pooled connection, as redis-py's does. ``close`` closes every
+    thread's.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        pool = self.connection_pool
+        self._primary = (
+            pool if isinstance(pool, SentinelConnectionPool) and pool.is_master else None
+        )
         self._pins = threading.local()
-        self._pinned: weakref.WeakSet[redis.connection.AbstractConnection] = weakref.WeakSet()
+        self._pinned: weakref.WeakSet[_Pin] = weakref.WeakSet()
         self._pins_lock = threading.Lock()
 
     def pinned(self) -> redis.connection.AbstractConnection:
-        """This thread's connection, closed when the thread ends (and a new one in a forked
-        child: the parent's socket is the parent's)."""
-        conn = getattr(self._pins, "conn", None)
-        if conn is None or conn.pid != os.getpid():
-            conn = self._pins.conn = self.connection_pool.make_connection()
+        """This thread's connection (a new one in a forked child: the parent's socket is
+        the parent's), closed when the thread ends."""
+        pin = getattr(self._pins, "pin", None)
+        if pin is None or pin.conn.pid != os.getpid():
+            pool = self.connection_pool
+            pin = self._pins.pin = _Pin(pool.connection_class(**pool.connection_kwargs))
             with self._pins_lock:
-                self._pinned.add(conn)
+                self._pinned.add(pin)
+        conn = pin.conn
+        primary = self._primary
+        if (
+            primary is not None
+            and conn.is_connected
+            and primary.master_address is not None
+            and (conn.host, conn.port) != primary.master_address
+        ):
+            conn.disconnect()  # a failover moved the primary: the next send asks again
         return conn
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -257,8 +302,8 @@ class Client(redis.Redis):
     def close(self) -> None:
         with self._pins_lock:
             pinned = list(self._pinned)
-        for conn in pinned:
-            conn.disconnect()
+        for pin in pinned:
+            pin.conn.disconnect()
         super().close()
 
 

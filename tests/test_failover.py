@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
+from redis.sentinel import SentinelConnectionPool
 
-from shared_state import JobSpec, NotReplicated, Role, Scenario, State, keys
-from shared_state.client import SentinelTarget, connect
+from shared_state import JobSpec, NotReplicated, RedisServer, Role, Scenario, State, keys
+from shared_state.client import Client, ClientOptions, SentinelTarget, connect
 from shared_state.scripts import server_ms
 
 from .conftest import events_named, wait_for
@@ -78,6 +80,56 @@ def test_every_threads_own_connection_reaches_the_primary_the_sentinels_name(
     use()
     client.close()
     assert ports == [deployment.primary_port()] * 4
+
+
+class _Sentinels:
+    """Stands in for the sentinels: the primary is whichever address it is told."""
+
+    def __init__(self, primary: tuple[str, int]) -> None:
+        self.primary = primary
+
+    def discover_master(self, _name: str) -> tuple[str, int]:
+        return self.primary
+
+    def discover_slaves(self, _name: str) -> list[tuple[str, int]]:
+        return []
+
+
+def test_a_thread_drops_its_connection_to_a_primary_the_sentinels_no_longer_name() -> None:
+    """Once any connection has learned of a new primary, another thread's connection to the
+    old one is dropped before its next round trip (redis-py's pool drops such a connection
+    when it is handed back): a thread that only reads never reads the old primary's data
+    (the old primary demoted without its clients killed)."""
+    old, new = RedisServer().start(), RedisServer().start()
+    sentinels = _Sentinels(("127.0.0.1", old.port))
+    pool = SentinelConnectionPool("rf", sentinels, **ClientOptions().kwargs())
+    client = Client(connection_pool=pool)
+    try:
+        client.set("x", "old")
+        seed = redis.Redis.from_url(new.url)
+        seed.set("x", "new")
+        seed.close()
+        ready, moved, read = threading.Event(), threading.Event(), []
+
+        def reader() -> None:
+            assert client.get("x") == b"old"  # this thread's connection: the old primary
+            ready.set()
+            moved.wait(10)
+            read.append(client.get("x"))
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        ready.wait(10)
+        sentinels.primary = ("127.0.0.1", new.port)
+        client.pinned().disconnect()  # this thread's connection is cut, as a failover's are
+        assert client.get("x") == b"new"  # it asks the sentinels again: the new primary
+        moved.set()
+        thread.join(10)
+        assert read == [b"new"]
+    finally:
+        client.close()
+        old.stop()
+        new.stop()
 
 
 def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(

@@ -6,6 +6,7 @@ Every test runs real redis-server processes and stops the ones it started.
 from __future__ import annotations
 
 import enum
+import gc
 import importlib.metadata
 import json
 import os
@@ -21,7 +22,7 @@ import pytest
 import redis
 
 from coordinator.connection import Embedded
-from shared_state import ConnectionFailed, RedisServer, State, StateError
+from shared_state import ConnectionFailed, RedisServer, State, StateError, free_port
 from shared_state.client import PACKER, ClientOptions, connect, sibling
 
 from .conftest import wait_for
@@ -328,46 +329,54 @@ class _Interrupted(Exception):
 
 def test_each_thread_keeps_one_connection_and_none_is_left_mid_reply(redis_url: str) -> None:
     """A thread's commands and pipelines share one connection the pool never hands out;
-    one interrupted while its reply is on the way, or cut by the server, is replaced, so
-    no command reads another's reply; a forked child makes its own; ``close`` closes all."""
+    one interrupted between sending and reading its reply, or cut by the server, is
+    replaced, so no command reads another's reply; a finished thread's connection closes
+    with it (no collector needed); a forked child makes its own; ``close`` closes all."""
     client = connect(redis_url, ClientOptions(client_name="pinned-test"))
     other = connect(redis_url)
     taken: list[object] = []
     pool = client.connection_pool
     real_get = pool.get_connection
     pool.get_connection = lambda *a, **k: taken.append(1) or real_get(*a, **k)  # type: ignore[method-assign]
+    names = lambda: [c for c in other.client_list() if c["name"] == "pinned-test"]  # noqa: E731
     try:
         mine = client.client_id()
         assert client.pipeline(transaction=False).client_id().execute() == [mine]
         assert client.pipeline(transaction=True).client_id().execute() == [mine]
         theirs: list[int] = []
-        thread = threading.Thread(target=lambda: theirs.append(client.client_id()))
-        thread.start()
-        thread.join()
-        assert theirs and theirs[0] != mine
+        gc.disable()  # a thread's connection closes when the thread ends, not when collected
+        try:
+            thread = threading.Thread(target=lambda: theirs.append(client.client_id()))
+            thread.start()
+            thread.join()
+            assert theirs and theirs[0] != mine
+            wait_for(lambda: len(names()) == 1, what="the finished thread's connection closed")
+        finally:
+            gc.enable()
         assert taken == []  # the pool was never asked
 
-        def interrupt(_signum: int, _frame: Any) -> None:
-            raise _Interrupted
+        client.set("k", "v")
+        for interrupted in (
+            lambda: client.get("k"),
+            lambda: client.pipeline(transaction=False).get("k").get("k").execute(),
+        ):
+            # A signal's exception after the command went out, before its reply was read.
+            conn = client.pinned()
+            read = conn.read_response
 
-        previous = signal.signal(signal.SIGALRM, interrupt)
-        try:
-            for blocked in (
-                lambda: client.blpop(["nothing"], timeout=1),
-                lambda: client.pipeline(transaction=False).blpop(["nothing"], 1).execute(),
-            ):
-                signal.setitimer(signal.ITIMER_REAL, 0.2)
-                with pytest.raises(_Interrupted):
-                    blocked()
-                # The BLPOP's reply (nil, a second on) is not what these read.
-                assert client.echo("after") == b"after"
-                assert client.pipeline(transaction=False).echo("x").echo("y").execute() == [
-                    b"x",
-                    b"y",
-                ]
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            def interrupt(*_args: Any, conn: Any = conn, read: Any = read, **_kw: Any) -> Any:
+                conn.read_response = read
+                raise _Interrupted
+
+            conn.read_response = interrupt
+            with pytest.raises(_Interrupted):
+                interrupted()
+            # The GET's reply ("v") is not what these read.
+            assert client.echo("after") == b"after"
+            assert client.pipeline(transaction=False).echo("x").echo("y").execute() == [
+                b"x",
+                b"y",
+            ]
         assert client.client_id() != mine
 
         cut = client.client_id()
@@ -378,17 +387,39 @@ def test_each_thread_keeps_one_connection_and_none_is_left_mid_reply(redis_url: 
         read, write = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - the child reports through the pipe
-            os.write(write, str(client.client_id()).encode())
-            os._exit(0)
+            try:
+                os.write(write, str(client.client_id()).encode())
+            finally:
+                os._exit(0)
         os.close(write)
         os.waitpid(child, 0)
-        assert int(os.read(read, 64)) != client.client_id()
+        assert int(os.read(read, 64) or b"0") not in (0, client.client_id())
         os.close(read)
         assert taken == []
 
-        names = lambda: [c for c in other.client_list() if c["name"] == "pinned-test"]  # noqa: E731
         assert names()
         client.close()
         wait_for(lambda: not names(), what="every thread's connection closed")
     finally:
         other.close()
+
+
+def test_a_refused_server_is_dialled_once_per_retry_not_once_per_retry_squared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread's connection dials once per attempt of the command's retries: connecting
+    with redis-py's own retry inside each attempt made 16 dials of 4 attempts (169 of 13
+    with the defaults, minutes of backoff)."""
+    dials: list[int] = []
+    real = redis.connection.Connection._connect
+    monkeypatch.setattr(
+        redis.connection.Connection, "_connect", lambda self: dials.append(1) or real(self)
+    )
+    options = ClientOptions(retries=3, backoff_base_s=0.0, backoff_cap_s=0.0)
+    client = connect(f"redis://127.0.0.1:{free_port()}/0", options)
+    for call in (client.ping, lambda: client.pipeline(transaction=False).ping().execute()):
+        dials.clear()
+        with pytest.raises(ConnectionFailed):
+            call()
+        assert len(dials) == 4
+    client.close()
