@@ -73,14 +73,16 @@ class Packer:
     redis-py's own packer converts every argument in Python before hiredis
     packs them (~1 µs an argument: ~10 of a ten-argument command's ~12 µs,
     where hiredis alone takes ~1), and a worker sends hundreds of commands a
-    task. A command whose arguments are all exactly ASCII str, bytes, float or
-    an int of a printable size goes to hiredis as it is, which writes the same
-    bytes (``repr`` of a number). Anything else — a non-ASCII str (hiredis
-    would keep a UTF-8 copy inside a string the program may hold on to), an
-    enum, a bool, None, a bytearray or memoryview (sent without a copy) — goes
-    to redis-py's packer, which converts or refuses it as it always did
-    (``DataError``). Strings are UTF-8, as every reply redfleet reads is
-    decoded: an ``encoding`` in the Redis URL is not supported.
+    task. A command whose arguments are all ASCII str (an enum of strings too:
+    RQ's statuses, the roles), bytes, float or an int of a printable size goes
+    to hiredis as it is, which writes the same bytes (a string's own text, as
+    redis-py's ``str.encode`` does; ``repr`` of a number). Anything else — a
+    non-ASCII str (hiredis would keep a UTF-8 copy inside a string the program
+    may hold on to), an enum of ints (redis-py sends its ``repr``), a bool,
+    None, a bytearray or memoryview (sent without a copy) — goes to redis-py's
+    packer, which converts or refuses it as it always did (``DataError``).
+    Strings are UTF-8, as every reply redfleet reads is decoded: an
+    ``encoding`` in the Redis URL is not supported.
     """
 
     def __init__(self) -> None:
@@ -103,7 +105,12 @@ class Packer:
             elif kind is int:
                 if not -_INT_LIMIT < arg < _INT_LIMIT:
                     break
-            elif kind is not bytes and kind is not float:
+            elif (
+                kind is not bytes
+                and kind is not float
+                # a str subclass last: rarer, and isinstance costs more than ``is``
+                and not (isinstance(arg, str) and arg.isascii())
+            ):
                 break
         else:
             return [hiredis.pack_command(args)]

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from rq.job import JobStatus
 
 from coordinator.connection import Embedded
 from shared_state import ConnectionFailed, RedisServer, State, StateError, free_port
@@ -259,6 +260,7 @@ def test_a_new_connection_names_redfleet_and_reads_no_package_metadata(
 
 class _Roles(enum.StrEnum):
     CODER = "coder"
+    ACCENT = "codé"
 
 
 class _Codes(enum.IntEnum):
@@ -269,15 +271,16 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
     redis_url: str,
 ) -> None:
     """The wire bytes are redis-py's for every argument; what hiredis is not handed (a
-    non-ASCII str, an enum, a buffer, an int too long to print), redis-py's packer converts
-    or refuses as before (``DataError``, ``ValueError``) — hiredis would crash the process
-    on that int."""
+    non-ASCII str, an enum of ints, a buffer, an int too long to print), redis-py's packer
+    converts or refuses as before (``DataError``, ``ValueError``) — hiredis would crash the
+    process on that int. An enum of ASCII strings (RQ's job statuses) goes to hiredis."""
     redis_py = redis.connection.Connection()._command_packer
     commands: list[tuple[Any, ...]] = [
         ("SET", "k", "é ü"),
         ("SET", b"k", b"\x00\xff"),
         ("EVALSHA", "abc", 2, "k1", "k2", -5, 2**70, 1.5, 0.1, 1e20, float("inf")),
         ("HSET", "h", "role", _Roles.CODER, "code", _Codes.OK),
+        ("HSET", "h", "role", _Roles.CODER, "status", JobStatus.FINISHED, "x", _Roles.ACCENT),
         ("SET", "k", bytearray(b"ab")),
         ("SET", "k", memoryview(b"abcdef")[::2]),  # strided: "ace"
         ("CLIENT SETNAME", "n"),
@@ -314,6 +317,7 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
             ]
             assert c.pipeline(transaction=True).incrby("c", 2).get("c").execute() == [2, b"2"]
             c.delete("c")
+            c.hset("h", mapping={"role": _Roles.CODER, "status": JobStatus.FINISHED})
         assert handed == []
         client.set("k", "é ü")
         assert client.get("k") == "é ü".encode() and len(handed) == 1
