@@ -394,13 +394,14 @@ def _primary(target: SentinelTarget, options: ClientOptions) -> Client:
     return client
 
 
-def sibling(client: redis.Redis, options: ClientOptions, *, for_rq: bool = False) -> redis.Redis:
+def sibling(client: redis.Redis, options: ClientOptions) -> Client:
     """A client to the same server with its own connection pool and ``options``.
 
     For a thread that must not share timeouts with the rest of the process:
     the heartbeat (short timeout, its own tick is the retry) and RQ's blocking
-    dequeue (RQ raises the socket timeout of the client it is given). ``for_rq``:
-    a plain ``redis.Redis``, raising redis-py's errors, as RQ expects.
+    dequeue (RQ would raise the socket timeout of the client it is given; a
+    slot's is already as long as RQ asks). RQ takes a ``Client`` as it is: a
+    ``ConnectionFailed`` is a ``redis.ConnectionError``.
     """
     old = client.connection_pool
     tcp = not issubclass(old.connection_class, redis.UnixDomainSocketConnection)
@@ -412,4 +413,4 @@ def sibling(client: redis.Redis, options: ClientOptions, *, for_rq: bool = False
         )
     else:
         pool = old.__class__(connection_class=old.connection_class, **kwargs)
-    return redis.Redis(connection_pool=pool) if for_rq else Client(connection_pool=pool)
+    return Client(connection_pool=pool)

@@ -298,7 +298,7 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
         PACKER.pack("SET", "k", 10**5000)
 
     client = connect(redis_url)
-    rq_client = sibling(client, ClientOptions(), for_rq=True)
+    rq_client = sibling(client, ClientOptions())
     handed: list[tuple[Any, ...]] = []
     # Counted where redis-py's packer is asked: never for ASCII str, bytes, int or float.
     real = PACKER._redis_py.pack

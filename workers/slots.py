@@ -496,7 +496,7 @@ def _await_redis(probe: redis.Redis, stop: threading.Event, pause: float) -> boo
 
 def slot_client(client: redis.Redis, name: str) -> redis.Redis:
     """The slot's own client, its connections named after the slot (for ``unblock``)."""
-    return sibling(client, RQ_CLIENT.with_(client_name=name), for_rq=True)
+    return sibling(client, RQ_CLIENT.with_(client_name=name))
 
 
 def unblock(client: redis.Redis, worker_id: str) -> int:
