@@ -72,7 +72,8 @@ if TYPE_CHECKING:  # the agent runtime's modules load with the commands that use
     from .apply import Applied
 
 RENEWED = "task.renewed"
-_SETTLED = (TaskStatus.SUCCEEDED, TaskStatus.DEAD, TaskStatus.CANCELLED)
+_UNSUCCEEDED = (TaskStatus.DEAD, TaskStatus.CANCELLED)
+_SETTLED = (TaskStatus.SUCCEEDED, *_UNSUCCEEDED)
 _POLL_MS = 500  # how long one read waits for events before the job is looked at again
 
 
@@ -114,12 +115,18 @@ class Progress:
     # A job over many items: total, pending, done, validated, failed (as of the planner's
     # last stage: the counts move when it merges a wave's reports or the checks).
     items: dict[str, int] = field(default_factory=dict)
+    # Of ``done``, those that did not succeed, by status (dead, cancelled).
+    unsucceeded: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         """One line for people (``one_line`` it before printing: the stage is a worker's)."""
         running = ", ".join(f"{role} {n}" for role, n in self.running.items()) or "none"
+        settled = f"{self.done}/{self.total} tasks done"
+        if self.unsucceeded:  # "done" alone would read as succeeded
+            others = ", ".join(f"{n} {status}" for status, n in self.unsucceeded.items())
+            settled = f"{self.done}/{self.total} tasks ended ({others})"
         line = (
-            f"job {self.job_id} {self.status}: {self.done}/{self.total} tasks done, "
+            f"job {self.job_id} {self.status}: {settled}, "
             f"{'next stage' if self.stage_next else 'stage'} {self.stage}, "
             f"running {running}, {self.tokens} tokens, "
             f"${self.cost_usd:.4f}"
@@ -452,6 +459,9 @@ class Client:
             blocked={t.task_id: t.question for t in tasks if t.status is TaskStatus.BLOCKED},
             stage_next=root is not None and root.status is TaskStatus.WAITING,
             items=views.item_counts(self.state, job_id),
+            unsucceeded=dict(
+                sorted(Counter(t.status.value for t in tasks if t.status in _UNSUCCEEDED).items())
+            ),
         )
 
     def artifacts(self, job_id: str) -> list[ArtifactRef]:

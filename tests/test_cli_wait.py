@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 
 from rq import Queue
 
+from coordinator.api import Client
 from shared_state import JobSpec, Role, Scenario, State, queue_name
 
 from .conftest import wait_for
@@ -32,6 +34,10 @@ def test_submit_wait_exits_one_when_the_job_failed(state: State, redis_url, star
     doc = json.loads(proc.stdout)
     assert doc["status"] == "failed" and state.jobs.get(doc["job_id"]).status == "failed"
     assert any(t["status"] == "dead" for t in doc["tasks"])
+    # What the line without --json says: not "done" for a task that died.
+    # (The planner waiting on the dead coder may be cancelled after the job has failed.)
+    line = Client(state).progress(doc["job_id"]).line()
+    assert re.search(r": (\d)/\1 tasks ended \((1 cancelled, )?1 dead\),", line), line
 
 
 def test_submit_wait_gives_up_after_its_timeout_without_cancelling(state: State, redis_url):
