@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import re
 import socket
 import threading
 import weakref
@@ -45,7 +46,12 @@ from redis import DriverInfo
 from redis.backoff import EqualJitterBackoff
 from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+)
 
 from .errors import ConnectionFailed
 from .redact import redact
@@ -169,7 +175,32 @@ class ClientOptions:
 
 
 def _translated(exc: Exception) -> ConnectionFailed:
-    return ConnectionFailed(redact(f"Redis unreachable: {exc}"))
+    return ConnectionFailed(redact(f"Redis unreachable: {describe(exc)}"))
+
+
+_SENTINEL_CLIENT = "<redis.client.Redis("
+_ADDRESS = re.compile(r"\bhost=([^,<>()]+),.*?\bport=(\d+)")
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``; for ``MasterNotFoundError``, each sentinel redis-py writes into it as
+    its client's whole repr (~1,500 characters: pool, connection, every option) is named
+    by its address instead, so that what each sentinel answered can be read."""
+    text = str(exc)
+    if not isinstance(exc, MasterNotFoundError):
+        return text
+    parts, at = [], 0
+    while (start := text.find(_SENTINEL_CLIENT, at)) >= 0:
+        depth, end = 0, len(text) - 1
+        for i in range(start, len(text)):  # to the ">" that closes the client's "<"
+            depth += (text[i] == "<") - (text[i] == ">")
+            if depth == 0:
+                end = i
+                break
+        found = _ADDRESS.search(text, start, end)
+        parts += [text[at:start], f"sentinel {found[1]}:{found[2]}" if found else "a sentinel"]
+        at = end + 1
+    return "".join([*parts, text[at:]])
 
 
 def _dial(conn: redis.connection.AbstractConnection) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from . import keys
-from .client import ClientOptions, connect
+from .client import ClientOptions, connect, describe
 from .errors import ConnectionFailed, JobNotFound
 from .events import DEFAULT_GLOBAL_MAXLEN, DEFAULT_JOB_MAXLEN, EventLog
 from .jobs import DEFAULT_RETENTION_S
@@ -156,7 +156,7 @@ class State:
             client.ping()
         except ConnectionFailed as exc:
             client.close()
-            why = exc.__cause__ or exc  # the client's translation says only "unreachable"
+            why = describe(exc.__cause__ or exc)  # the translation says only "unreachable"
             raise ConnectionFailed(redact(f"cannot reach Redis at {url}: {why}")) from exc
         except redis.ResponseError as exc:
             client.close()

@@ -13,7 +13,17 @@ import pytest
 import redis
 from redis.sentinel import SentinelConnectionPool
 
-from shared_state import JobSpec, NotReplicated, RedisServer, Role, Scenario, State, keys
+from shared_state import (
+    ConnectionFailed,
+    JobSpec,
+    NotReplicated,
+    RedisServer,
+    Role,
+    Scenario,
+    State,
+    free_port,
+    keys,
+)
 from shared_state.client import Client, ClientOptions, SentinelTarget, connect
 from shared_state.scripts import server_ms
 
@@ -51,6 +61,20 @@ def test_a_sentinel_url_names_the_sentinels_the_master_and_the_passwords() -> No
     refused = run("status", url="redis+sentinel://:secret-pw@h:1/")
     assert_one_line_error(refused, "REDIS_URL", "no master name", "redis+sentinel://")
     assert "secret-pw" not in refused.stderr
+
+
+def test_no_sentinel_answering_is_said_by_address_each_with_its_error() -> None:
+    """redis-py writes each sentinel into its error as its client's whole repr: the
+    message names them by address instead, and keeps what each answered."""
+    ports = (free_port(), free_port())  # nobody listens there
+    url = f"redis+sentinel://:secret-pw@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster"
+    with pytest.raises(ConnectionFailed) as refused:
+        State.connect(url, client_options=ClientOptions(retries=0))
+    said = str(refused.value)
+    for port in ports:
+        assert f"sentinel 127.0.0.1:{port} - " in said and f"127.0.0.1:{port}. Connection" in said
+    assert "No master found for 'mymaster'" in said and "secret-pw" not in said
+    assert "<redis." not in said and len(said) < 400, said
 
 
 def _replica(d: Deployment) -> Any:
