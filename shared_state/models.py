@@ -150,6 +150,16 @@ class Claim(_Record):
     lease_until: int
 
 
+# An event's fields that are whole numbers, wherever it was written (a stream holds
+# strings): ``to_json_dict`` gives them as JSON numbers, so a script can compare them.
+INTEGER_FIELDS = frozenset({
+    "attempt", "cached_tokens", "children", "cost_micro_usd", "current_token",
+    "input_tokens", "latency_ms", "lease_until", "output_tokens", "prefix_tokens",
+    "retry", "retry_in_ms", "round", "state_bytes", "step", "tasks", "tool_result_bytes",
+})  # fmt: skip
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 class Event(_Record):
     """One entry of an event stream."""
 
@@ -172,7 +182,11 @@ class Event(_Record):
         return cls(id=entry_id, ts=datetime.fromtimestamp(ms / 1000, tz=UTC), **data)
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
+        doc = self.model_dump(mode="json", exclude_none=True)
+        for name in INTEGER_FIELDS.intersection(doc):
+            if isinstance(value := doc[name], str) and _INTEGER.fullmatch(value):
+                doc[name] = int(value)
+        return doc
 
 
 class WorkerInfo(_Record):

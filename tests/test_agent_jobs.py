@@ -132,6 +132,13 @@ def test_a_job_through_the_openai_wire_survives_faults_and_records_usage_per_ste
     assert usage["cached_tokens"] == sum(int(e.cached_tokens) for e in calls) > 0
     assert usage["output_tokens"] == sum(int(e.output_tokens) for e in calls)
     assert usage["cost_usd"] > 0
+    # `logs --json` prints a whole number as a number, whichever script or worker wrote it
+    # (a stream holds strings): no field of any event is left a string of digits.
+    logs = run("logs", job.job_id, "--json", "--all", "--last", "100000", url=redis_url)
+    printed = [json.loads(line) for line in logs.stdout.splitlines()]
+    assert {e["event"] for e in printed} >= {"task.claimed", "task.renewed", "model.called"}
+    assert {k for e in printed for k, v in e.items() if isinstance(v, str) and v.isdigit()} == set()
+    assert all(isinstance(e["input_tokens"], int) for e in printed if e["event"] == "model.called")
 
 
 def _call(name: str, **arguments: object) -> dict:
