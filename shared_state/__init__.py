@@ -21,6 +21,7 @@ _WHERE = {
         "BudgetExceeded",
         "Code",
         "ConnectionFailed",
+        "ConnectionTimedOut",
         "Fenced",
         "ForeignTarget",
         "IdempotencyConflict",

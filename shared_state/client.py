@@ -53,7 +53,7 @@ from redis.sentinel import (
     SentinelManagedConnection,
 )
 
-from .errors import ConnectionFailed
+from .errors import ConnectionFailed, ConnectionTimedOut
 from .redact import redact
 
 
@@ -175,7 +175,8 @@ class ClientOptions:
 
 
 def _translated(exc: Exception) -> ConnectionFailed:
-    return ConnectionFailed(redact(f"Redis unreachable: {describe(exc)}"))
+    kind = ConnectionTimedOut if isinstance(exc, redis.TimeoutError) else ConnectionFailed
+    return kind(redact(f"Redis unreachable: {describe(exc)}"))
 
 
 _SENTINEL_CLIENT = "<redis.client.Redis("
@@ -278,6 +279,14 @@ class _Pipeline(redis.client.Pipeline):
         finally:
             self.connection = None
             self.reset()
+
+    def reset(self) -> None:
+        pooled = self.connection is not None  # a WATCH's: ``execute`` lets the thread's go
+        super().reset()
+        if pooled:
+            # Closed, not kept idle beside the thread's own connection: RQ watches after
+            # every failed envelope, and a slot would hold two from then on.
+            self._client.connection_pool.disconnect(inuse_connections=False)
 
 
 class Client(redis.Redis):
@@ -444,4 +453,6 @@ def sibling(client: redis.Redis, options: ClientOptions) -> Client:
         )
     else:
         pool = old.__class__(connection_class=old.connection_class, **kwargs)
-    return Client(connection_pool=pool)
+    client = Client(connection_pool=pool)
+    client.auto_close_connection_pool = True  # its own pool: ``close`` closes it
+    return client

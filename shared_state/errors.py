@@ -2,6 +2,7 @@
 
     StateError                 root: anything the state layer refuses
     ├── ConnectionFailed       the Redis server cannot be reached
+    │   └── ConnectionTimedOut ... its retries ran out on a timeout (a redis.TimeoutError too)
     ├── NotFound               no such job, task or memory item
     │   ├── JobNotFound
     │   ├── TaskNotFound
@@ -56,6 +57,11 @@ class ConnectionFailed(StateError, redis.ConnectionError):
     """The Redis server cannot be reached or refused the connection (or its retries ran
     out on a timeout). Raised by redfleet's client for every command (``client.Client``):
     also a ``redis.ConnectionError``, for code written against redis-py."""
+
+
+class ConnectionTimedOut(ConnectionFailed, redis.TimeoutError):
+    """The retries ran out on a timeout: the server stopped answering. Also a
+    ``redis.TimeoutError``, as redis-py raised it (RQ's work loop tells the two apart)."""
 
 
 class NotFound(StateError):

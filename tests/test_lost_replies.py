@@ -18,7 +18,7 @@ import redis
 from shared_state import (
     BudgetExceeded,
     Child,
-    ConnectionFailed,
+    ConnectionTimedOut,
     Envelope,
     Fenced,
     ForeignTarget,
@@ -270,7 +270,8 @@ def test_a_stalled_connection_raises_after_its_timeout_instead_of_hanging(
     job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
     proxy.stall()
     started = time.monotonic()
-    with pytest.raises((ConnectionFailed, redis.TimeoutError, redis.ConnectionError)):
+    # A timeout, as redis-py would say (RQ's work loop tells it from a refused connection).
+    with pytest.raises(ConnectionTimedOut):
         client.tasks.claim(job.job_id, job.root_task, "w1", 60_000)
     elapsed = time.monotonic() - started
     proxy.resume()

@@ -408,6 +408,37 @@ def test_each_thread_keeps_one_connection_and_none_is_left_mid_reply(redis_url: 
         other.close()
 
 
+def test_a_watchs_pooled_connection_is_closed_after_it_and_a_sibling_closes_its_pool(
+    redis_url: str,
+) -> None:
+    """A WATCH takes one of the pool's connections (redis-py's path), closed once its
+    pipeline is done, not kept idle beside the thread's own: RQ watches after every failed
+    envelope, and each slot held two from then on. A sibling's ``close`` closes its pool's
+    connections too (a pub/sub's)."""
+    base = connect(redis_url)
+    client = sibling(base, ClientOptions(client_name="watch-test"))
+    other = connect(redis_url)
+    names = lambda: [c for c in other.client_list() if c["name"] == "watch-test"]  # noqa: E731
+    try:
+        client.set("w", "1")
+        with client.pipeline() as pipe:
+            pipe.watch("w")
+            assert pipe.get("w") == b"1"  # read at once, on the WATCH's connection
+            pipe.multi()
+            pipe.set("w", "2")
+            assert pipe.execute() == [True]
+        assert client.transaction(lambda p: p.multi() or p.incr("n"), "w") == [1]
+        assert len(names()) == 1  # the thread's own
+        pubsub = client.pubsub()
+        pubsub.subscribe("news")
+        assert len(names()) == 2
+        client.close()
+        wait_for(lambda: not names(), what="the pinned and the pub/sub connection closed")
+    finally:
+        other.close()
+        base.close()
+
+
 def test_a_refused_server_is_dialled_once_per_retry_not_once_per_retry_squared(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
