@@ -817,9 +817,10 @@ def logs_cmd(
     """Events from Redis Streams, oldest first (one JSON object a line with --json).
 
     Without JOB_ID the global stream is read: it mirrors every job's events
-    up to a heartbeat (a third of the lease) late, so past events are printed
-    sorted by their time, and followed ones as they reach it, which can be a
-    little out of order between jobs. Lease renewals are hidden (and not counted
+    up to a heartbeat (a third of the lease) late, so the past events shown are
+    the most recent by their time, in time order, and followed ones are shown
+    as they reach it, which can be a little out of order between jobs. Lease
+    renewals are hidden (and not counted
     in --last) unless --all: `status JOB` shows a count per task. With -f and
     JOB_ID the command ends once the job has ended, after its final events;
     without JOB_ID it runs until Ctrl-C.
@@ -838,13 +839,16 @@ def logs_cmd(
         if job_id:
             state.jobs.get(job_id)  # an unknown id is an error, not an empty log
         keep = None if job_id else state.visible_events()  # --tenant: its jobs' only
-        past = state.events.read(job_id, last=last, hide=hide, keep=keep) if last else []
-        after = past[-1].id if past else "$"
+        past: list[views.Event] = []
+        after = "$"
+        if job_id and last:
+            past = state.events.read(job_id, last=last, hide=hide)
+            after = past[-1].id if past else "$"
+        elif last:  # mirrored in batches: the most recent by time, not by stream order
+            past, after = state.events.latest(last, hide=hide, keep=keep)
         gap = views.log_gap(state, job_id, past, last)
         if gap:
             print(f"redfleet: {gap}", file=sys.stderr)
-        if not job_id:  # mirrored in batches: stream order is not quite time order
-            past.sort(key=lambda e: e.ts)
         for event in past:
             show(event)
         if not follow:

@@ -139,29 +139,73 @@ class EventLog:
         hide: frozenset[str] = frozenset(),
         keep: Callable[[Event], bool] | None = None,
     ) -> list[Event]:
-        """The last ``last`` events of a job (or of all jobs), oldest first.
+        """The last ``last`` events of a job (or of all jobs), in stream order, oldest first.
 
         Events named in ``hide``, and those ``keep`` says no to, are skipped and
         not counted: the stream is read backwards in pages until ``last``
         others are found or it ends.
         """
-        stream, found, upper = self._stream(job_id), [], "+"
-        while len(found) < last:
-            filtered = hide or keep is not None
-            page = min(max(2 * (last - len(found)), 100), 10_000) if filtered else last
-            entries = self._client.xrevrange(stream, max=upper, count=page)
-            for entry_id, fields in entries:
-                if _text(fields.get(b"event", b"")) in hide:
-                    continue
-                event = self._parse(entry_id, fields, job_id)
-                if keep is None or keep(event):
-                    found.append(event)
-                    if len(found) == last:
-                        break
-            if len(entries) < page:
+        found: list[Event] = []
+        for entries in self._pages(job_id, last, filtered=bool(hide) or keep is not None):
+            found += self._kept(entries, job_id, hide, keep)[: last - len(found)]
+            if len(found) == last:
                 break
-            upper = f"({_text(entries[-1][0])}"
         return found[::-1]
+
+    def latest(
+        self,
+        last: int,
+        *,
+        hide: frozenset[str] = frozenset(),
+        keep: Callable[[Event], bool] | None = None,
+    ) -> tuple[list[Event], str]:
+        """The ``last`` most recent events of every job by their time, oldest first, and the
+        id of the newest entry read ("$": none), to follow the global stream from.
+
+        The mirror writes in batches, so an event can reach the global stream after a
+        later one, but never before it happened (an entry's id is when it was mirrored).
+        So the stream is read backwards until ``last`` are found and the entries not yet
+        read were all mirrored before the oldest of the ``last`` most recent happened.
+        """
+        found: list[Event] = []
+        newest = "$"
+        for entries in self._pages(None, last, filtered=True):
+            if newest == "$":
+                newest = _text(entries[0][0])
+            found += self._kept(entries, None, hide, keep)
+            if len(found) >= last:
+                found.sort(key=_by_time)
+                del found[:-last]
+                mirrored_ms = int(_text(entries[-1][0]).partition("-")[0])
+                if mirrored_ms < found[0].ts.timestamp() * 1000:
+                    break
+        found.sort(key=_by_time)
+        return found, newest
+
+    def _pages(self, job_id: str | None, last: int, *, filtered: bool) -> Iterator[list[Any]]:
+        """The stream's entries backwards, newest first, a page at a time, until it ends."""
+        stream, upper = self._stream(job_id), "+"
+        page = min(max(2 * last, 100), 10_000) if filtered else last
+        while entries := self._client.xrevrange(stream, max=upper, count=page):
+            yield entries
+            if len(entries) < page:
+                return
+            upper = f"({_text(entries[-1][0])}"
+
+    def _kept(
+        self,
+        entries: list[Any],
+        job_id: str | None,
+        hide: frozenset[str],
+        keep: Callable[[Event], bool] | None,
+    ) -> list[Event]:
+        """``entries`` as events, newest first, but those hidden or not kept."""
+        events = [
+            self._parse(entry_id, fields, job_id)
+            for entry_id, fields in entries
+            if _text(fields.get(b"event", b"")) not in hide
+        ]
+        return events if keep is None else [e for e in events if keep(e)]
 
     def first(self, job_id: str | None = None) -> Event | None:
         """The oldest event the stream still holds (None: empty)."""
@@ -195,6 +239,12 @@ class EventLog:
             for event in self.read_after(job_id, after, block_ms=block_ms):
                 after = event.id
                 yield event
+
+
+def _by_time(event: Event) -> tuple[Any, ...]:
+    """An event's time, then (for one millisecond's) its place in the stream."""
+    ms, _, seq = event.id.partition("-")
+    return event.ts, int(ms), int(seq or 0)
 
 
 def _int(value: str | None) -> int:

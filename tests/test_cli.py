@@ -83,6 +83,33 @@ def test_logs_of_every_job_print_past_events_in_time_order(state: State, redis_u
     assert [json.loads(line)["event"] for line in lines] == ["b", "c", "a"]
 
 
+def test_logs_last_n_of_every_job_are_the_n_most_recent_by_time(state: State, redis_url) -> None:
+    """A batch mirrored late holds older events than entries before it: --last N is the N
+    most recent by time, not the last N entries sorted."""
+    state.client.delete(keys.EVENTS)
+    for mirrored_ms, event, ts_ms in (
+        (3_000, "a", 3_000),
+        (4_000, "b", 1_000),  # in a batch mirrored late
+        (5_000, "c", 4_500),
+        (6_000, "d", 2_000),  # late again
+        (7_000, "e", 6_500),
+    ):
+        state.client.xadd(keys.EVENTS, {"event": event, "ts_ms": ts_ms}, id=f"{mirrored_ms}-0")
+    for last, newest in (("2", ["c", "e"]), ("3", ["a", "c", "e"]), ("9", list("bdace"))):
+        lines = run("logs", "--json", "--last", last, url=redis_url).stdout.splitlines()
+        assert [json.loads(line)["event"] for line in lines] == newest, last
+    # Over many pages (read 100 at least at a time), each lagging up to 1.8 s behind.
+    state.client.delete(keys.EVENTS)
+    for i in range(1, 451):
+        lag = (i * 7919) % 10 * 200
+        state.client.xadd(keys.EVENTS, {"event": f"e{i}", "ts_ms": i * 100 - lag}, id=f"{i}00-0")
+    by_time = sorted(state.events.read(last=10_000), key=lambda e: e.ts)
+    for last in (1, 10, 99, 100, 101, 250, 450):
+        latest, newest = state.events.latest(last)
+        assert [e.event for e in latest] == [e.event for e in by_time[-last:]], last
+        assert newest == "45000-0"
+
+
 def test_cancel_marks_the_job_cancelled_and_is_idempotent(state: State, redis_url) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     first = run("cancel", job.job_id, "--json", url=redis_url)
