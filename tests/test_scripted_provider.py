@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.context import Message, tokenizer_for
+from workers.context import Message, ToolCall, tokenizer_for
 from workers.errors import ScenarioExhausted
 from workers.llm import Scenario, ScriptedProvider
 
@@ -57,6 +57,31 @@ def test_cached_tokens_are_the_prefix_sent_unchanged_on_the_previous_call() -> N
     second = provider.complete([*head, Message(role="user", content="more")], [], max_tokens=100)
     assert first.usage.cached_tokens == 0
     assert second.usage.cached_tokens == tokenizer_for().count_messages(head)
+
+
+def test_a_replay_run_out_after_a_refused_step_says_what_was_refused() -> None:
+    """A script written for another job asks for a step more once a tool refuses its
+    call: the error names the refusal, which is what to fix, not the step count alone."""
+    provider = ScriptedProvider(SCENARIO, "coder")
+    chat = [Message(role="user", content="write a.py")]
+    provider.complete(chat, [], max_tokens=100)
+    provider.complete(chat, [], max_tokens=100)
+    refused = [
+        *chat,
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="write_file"),)),
+        Message(
+            role="tool", tool_call_id="c1", name="write_file", content="error: the path\nis bad"
+        ),
+    ]
+    with pytest.raises(ScenarioExhausted) as ran_out:
+        provider.complete(refused, [], max_tokens=100)
+    said = str(ran_out.value)
+    assert "coder has 2 steps, step 3 was asked for" in said
+    assert "last step's write_file was refused (error: the path is bad)" in said
+    assert "a replay cannot adapt" in said
+    with pytest.raises(ScenarioExhausted) as plain:  # nothing refused: the count alone
+        provider.complete(chat, [], max_tokens=100)
+    assert str(plain.value).endswith("step 3 was asked for")
 
 
 def test_an_unknown_script_key_is_named() -> None:

@@ -124,6 +124,22 @@ def _resolve(value: Any, sent: str) -> Any:
     return value
 
 
+def _refused(messages: Sequence[Message]) -> str:
+    """Why a replay ran out, when its last step was refused: the tool's error (a script
+    written for another job cannot adapt, as a model would, and asks for a step more)."""
+    for message in reversed(messages):
+        if not message.is_tool_result:
+            return ""  # the results of the last step only
+        if message.content.startswith("error: "):
+            return (
+                f"; its last step's {message.name} was refused"
+                f" ({' '.join(message.content.split())[:300]})"
+                ": a replay cannot adapt to a job it was not written for (run a model, or a"
+                " scenario written for the job)"
+            )
+    return ""
+
+
 class ScriptedProvider:
     name = "scripted"
 
@@ -150,7 +166,7 @@ class ScriptedProvider:
         if self.step >= len(steps):
             raise ScenarioExhausted(
                 f"scripted scenario {self.scenario.name!r}: {self.key} has "
-                f"{len(steps)} steps, step {self.step + 1} was asked for"
+                f"{len(steps)} steps, step {self.step + 1} was asked for{_refused(messages)}"
             )
         planned = steps[self.step]
         sent_text = "\n".join(m.text() for m in messages)
