@@ -743,7 +743,8 @@ def status(
     """
     from . import views
     from .api import Client
-    from .connection import open_state
+    from .connection import demo_url, open_state
+    from .settings import Settings
 
     _check_job_id(job_id)
     with open_state() as state:
@@ -757,6 +758,8 @@ def status(
         views.table("jobs", doc["jobs"], ["job_id", "status", "scenario", "created", "goal"])
         queues = ", ".join(f"{role}={n}" for role, n in doc["queues"].items())
         views.console.print(f"active jobs: {doc['active']}; queued envelopes: {queues}")
+        if not doc["jobs"] and (url := demo_url(Settings())):
+            views.write_line(f"the demo's jobs are on its own Redis: REDIS_URL={url} redfleet")
 
 
 @app.command()

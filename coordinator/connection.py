@@ -162,6 +162,15 @@ def redis_url(settings: Settings) -> str:
     return settings.redis_url or Embedded(settings.home).ensure()
 
 
+def demo_url(settings: Settings) -> str:
+    """The URL of the demo's own server when it runs and the CLI is on its embedded one
+    (no REDIS_URL), else "": the demo's jobs are there, not where `status` looks."""
+    if settings.redis_url:
+        return ""
+    running = Embedded(settings.home / "demo").status()
+    return running["url"] if running else ""
+
+
 # A command a person waits for retries a lost reply or a blip (under 2 s in all
 # against a server that refuses; each try on a stalled one ends after 5 s),
 # then says Redis is unreachable; a fleet, a worker or a reaper rides out a

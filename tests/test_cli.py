@@ -236,8 +236,13 @@ def test_demo_fixes_and_extends_the_sample_repository_reviewed_by_its_own_tests(
             cwd=repo, capture_output=True, text=True,
         )  # fmt: skip
         assert tests.returncode == 0, tests.stdout
+        # `status` without REDIS_URL reads the CLI's own server, not the demo's: it says so.
+        plain = run("status", url=None, home=home)
+        assert "jobs: none" in plain.stdout
+        assert f"the demo's jobs are on its own Redis: REDIS_URL={url} redfleet" in plain.stdout
     finally:
         run("server", "stop", url=None, home=f"{home}/demo")  # never leave a server behind
+        run("server", "stop", url=None, home=home)
 
 
 def test_a_burst_worker_with_nothing_queued_exits_cleanly(state: State, redis_url) -> None:
