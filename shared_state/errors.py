@@ -175,10 +175,11 @@ class NotResumable(StateError):
 class QuestionChanged(StateError):
     """A decision on a question the blocked task no longer asks (it asks another now)."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, asked: str = "", asks_now: str = "") -> None:
+        which = f" ({asks_now}), not the one asked ({shown(asked)})" if asks_now else ""
         super().__init__(
-            f"task {task_id} asks about another call now: read its question again "
-            "(redfleet status JOB) and decide on that one"
+            f"task {task_id} asks about another call now{which}: read its question again "
+            "(redfleet status JOB; --json: the task's approval_for) and decide on that one"
         )
         self.task_id = task_id
 

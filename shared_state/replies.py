@@ -49,7 +49,7 @@ class Asked:
     claim: Claim | None = None
     tokens: int = 0  # reserveTokens: the tokens asked for
     path: str = ""  # memoryFile: the file, as shown
-    expected: str = ""  # memoryFile: the sha256 the writer read
+    expected: str = ""  # memoryFile: the sha256 the writer read; decideTask: the digest
     target: str = ""  # memoryFile: where a rename moves it
 
     @classmethod
@@ -102,7 +102,7 @@ ERRORS: dict[str, dict[Code, Error]] = {
     "decideTask": {
         Code.NOT_FOUND: _NO_TASK,
         Code.NOT_CLAIMABLE: lambda res, a: (
-            QuestionChanged(a.task_id)
+            QuestionChanged(a.task_id, a.expected, res.data["asks_now"])
             if "asks_now" in res.data
             else NotBlocked(a.task_id, res.data["status"])
         ),

@@ -343,7 +343,7 @@ class TaskStore:
             keys.script_keys("decideTask", job_id, task_id),
             ["approve" if approve else "reject", redact(note), by, secrets.token_hex(8), asked],
         )
-        check("decideTask", res, Asked(job_id=job_id, task_id=task_id))
+        check("decideTask", res, Asked(job_id=job_id, task_id=task_id, expected=asked))
         if approve:
             self.delivery.send([Envelope(job_id, task_id, Role(res.data["role"]))])
 

@@ -180,8 +180,9 @@ def test_the_approved_call_is_made_as_asked_whatever_the_model_writes_next(
         "arguments": {"path": "a.txt", "content": "hello\n" * 400},
     }
     assert "(2400 characters)" in task.question  # shown cut; the whole call is the artifact
-    with pytest.raises(QuestionChanged):  # a decision names the question it answers
+    with pytest.raises(QuestionChanged) as moved:  # a decision names the question it answers
         Client(state).approve(job.job_id, job.root_task, asked="0" * 16)
+    assert f"({task.approval_for}), not the one asked ('{'0' * 16}')" in str(moved.value)
     Client(state).approve(job.job_id, job.root_task, asked=task.approval_for)
 
     # The model now writes nothing: the approved call is made from what was asked.

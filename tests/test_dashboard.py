@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from coordinator.api import Client
 from coordinator.dashboard import create_app, is_loopback, require_token
 from coordinator.dashboard.auth import COOKIE
 from coordinator.errors import CoordinatorError
@@ -75,6 +76,7 @@ def test_a_finished_jobs_documents_match_its_status_and_records(
     listed = web.get("/api/jobs", params={"status": "succeeded"}).json()
     (row,) = listed["jobs"]
     assert (row["job_id"], row["done"], row["total"]) == (job.job_id, 5, 5)
+    assert row["unsucceeded"] == {}
     assert row["tokens"] == status["usage"]["input_tokens"] + status["usage"]["output_tokens"]
     assert web.get("/api/jobs", params={"status": "running"}).json()["jobs"] == []
 
@@ -83,6 +85,16 @@ def test_a_finished_jobs_documents_match_its_status_and_records(
         "coder", "coder", "planner", "reviewer"
     ]  # fmt: skip
     assert workers["queues"] == {"planner": 0, "coder": 0, "reviewer": 0}
+
+
+def test_a_cancelled_jobs_row_says_its_tasks_ended_cancelled_not_done(
+    state: State, web: TestClient
+) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP))
+    Client(state).cancel(job.job_id)
+    (row,) = web.get("/api/jobs").json()["jobs"]
+    assert (row["status"], row["done"], row["total"]) == ("cancelled", 1, 1)
+    assert row["unsucceeded"] == {"cancelled": 1}
 
 
 def test_workers_show_every_field_their_heartbeat_carries(state: State, web: TestClient) -> None:

@@ -44,6 +44,7 @@ def jobs(state: State, *, status: JobStatus | None, limit: int) -> dict[str, Any
                 "scenario": job.scenario.value,
                 "done": progress.done,
                 "total": progress.total,
+                "unsucceeded": progress.unsucceeded,
                 "stage": progress.stage,
                 "stage_next": progress.stage_next,
                 "tokens": progress.tokens,

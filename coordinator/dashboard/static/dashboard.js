@@ -111,11 +111,14 @@ function jobsPage() {
       document.querySelector("#jobs tbody"),
       doc.jobs.map((job) => {
         const end = job.finished_ms || doc.now_ms;
+        // Settled is not succeeded: a failed or cancelled job says how many did not.
+        const others = Object.entries(job.unsucceeded || {}).map(([s, n]) => `${n} ${s}`);
         return el(
           "tr", { "data-job": job.job_id },
           el("td", {}, link(jobHref(job.job_id), job.job_id)),
           el("td", {}, status(job.status)),
-          el("td", { class: "num" }, `${job.done}/${job.total}`),
+          el("td", { class: "num" },
+            `${job.done}/${job.total}` + (others.length ? ` (${others.join(", ")})` : "")),
           job.stage_next
             ? el("td", { title: "the planner waits for its tasks, then runs this stage" },
                 `next: ${job.stage}`)
