@@ -22,7 +22,7 @@ from pathlib import Path
 
 from shared_state import State
 from shared_state.workspace import Change, Workspace
-from workers.roles.features import Feature, FeatureList
+from workers.roles.features import WORKSPACE_CHECK, Feature, FeatureList
 from workers.roles.task_input import TaskInput
 
 from .errors import CoordinatorError
@@ -121,7 +121,8 @@ def _groups(
         if not named and len(passing) == 1:
             named = [passing[0].id]  # one feature passed: the job's changes are its
         (groups[named[0]] if named else rest).append(change)
-    out = [(_message(f, job_id), groups[f.id]) for f in passing if groups[f.id]]
+    own_check = state.jobs.get(job_id).check  # what a "workspace" feature's check ran
+    out = [(_message(f, job_id, own_check), groups[f.id]) for f in passing if groups[f.id]]
     if rest:
         failing = ", ".join(f.id for f in features if not f.passes) or "none"
         out.append(
@@ -134,11 +135,14 @@ def _groups(
     return out
 
 
-def _message(feature: Feature, job_id: str) -> str:
+def _message(feature: Feature, job_id: str, own_check: str) -> str:
     evidence = ", ".join(feature.evidence) or "none"
+    check = feature.check
+    if check == WORKSPACE_CHECK and own_check:
+        check = f"{own_check} (the workspace's own check)"
     return (
         f"{feature.id}: {feature.description}\n\n"
-        f"check: {feature.check}\nevidence: {evidence}\nredfleet job: {job_id}\n"
+        f"check: {check}\nevidence: {evidence}\nredfleet job: {job_id}\n"
     )
 
 
@@ -195,6 +199,8 @@ class _Git:
     """git in one repository; with ``index``, on a temporary index of its own."""
 
     def __init__(self, repo: Path) -> None:
+        if not repo.is_dir():
+            raise ApplyRefused(f"--repo {repo}: no such folder")
         if not (repo / ".git").exists():
             raise ApplyRefused(f"--repo {repo}: not a git repository (no .git)")
         self.repo = repo

@@ -188,7 +188,7 @@ class NotBlocked(StateError):
     """An approval or rejection for a task that is not waiting for one."""
 
     def __init__(self, task_id: str, status: str) -> None:
-        super().__init__(f"task {task_id} is {status}, not blocked: there is nothing to decide")
+        super().__init__(f"task {task_id} is not blocked ({status}): there is nothing to decide")
         self.task_id = task_id
         self.status = status
 

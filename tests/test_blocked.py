@@ -77,7 +77,7 @@ def test_approve_queues_the_task_with_the_approval_bound_to_its_call(state: Stat
         )
         or state.delivery.depths()["coder"] >= 1
     )
-    with pytest.raises(NotBlocked, match="is queued, not blocked"):
+    with pytest.raises(NotBlocked, match=r"is not blocked \(queued\)"):
         state.tasks.decide(job.job_id, task_id, approve=True, note="", by="cli:ann")
 
 

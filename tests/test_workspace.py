@@ -261,12 +261,17 @@ def test_a_job_over_a_repository_edits_it_once_and_its_diff_applies_to_the_repos
     branch = f"redfleet/{job.job_id}"
     assert commit["message"].startswith("F1: double(x) returns 2x\n")
     assert "evidence: a-" in commit["message"]
+    # The check named as it ran: the job's own command for a "workspace" feature.
+    ran = f"{check} (the workspace's own check)" if check else "test_m.py"
+    assert f"\ncheck: {ran}\n" in commit["message"]
     assert sorted(commit["paths"]) == ["m.py", "notes.txt", "r.md"]
     assert git(repo, "show", f"{branch}:m.py") == ws.text("m.py")
     assert git(repo, "ls-tree", "--name-only", branch).split() == ["m.py", "r.md", "test_m.py"]
     assert git(repo, "status", "--porcelain") == ""  # the working tree and index untouched
     again = run("apply", job.job_id, "--repo", str(repo), url=redis_url)
     assert_one_line_error(again, "exists already")
+    nowhere = run("apply", job.job_id, "--repo", str(tmp_path / "nowhere"), url=redis_url)
+    assert_one_line_error(nowhere, "--repo", "no such folder")
     out = tmp_path / "out"
     assert run("export", job.job_id, str(out), "--patch", url=redis_url).returncode == 0
     git(repo, "apply", "--check", str(out / f"{job.job_id}.patch"))
