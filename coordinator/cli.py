@@ -823,10 +823,9 @@ def logs_cmd(
     up to a heartbeat (a third of the lease) late, so the past events shown are
     the most recent by their time, in time order, and followed ones are shown
     as they reach it, which can be a little out of order between jobs. Lease
-    renewals are hidden (and not counted
-    in --last) unless --all: `status JOB` shows a count per task. With -f and
-    JOB_ID the command ends once the job has ended, after its final events;
-    without JOB_ID it runs until Ctrl-C.
+    renewals are hidden (and not counted in --last) unless --all: `status JOB`
+    shows a count per task. With -f and JOB_ID the command ends once the job
+    has ended, after its final events; without JOB_ID it runs until Ctrl-C.
     """
     from . import views
     from .api import RENEWED, Client

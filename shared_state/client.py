@@ -281,7 +281,8 @@ class _Pipeline(redis.client.Pipeline):
             self.reset()
 
     def reset(self) -> None:
-        pooled = self.connection is not None  # a WATCH's: ``execute`` lets the thread's go
+        # A pooled connection (a WATCH's): ``execute`` lets go of the thread's own first.
+        pooled = self.connection is not None
         super().reset()
         if pooled:
             # Closed, not kept idle beside the thread's own connection: RQ watches after
@@ -441,7 +442,8 @@ def sibling(client: redis.Redis, options: ClientOptions) -> Client:
     the heartbeat (short timeout, its own tick is the retry) and RQ's blocking
     dequeue (RQ would raise the socket timeout of the client it is given; a
     slot's is already as long as RQ asks). RQ takes a ``Client`` as it is: a
-    ``ConnectionFailed`` is a ``redis.ConnectionError``.
+    ``ConnectionFailed`` is a ``redis.ConnectionError``, a ``ConnectionTimedOut``
+    a ``redis.TimeoutError`` too. ``close`` closes its pool.
     """
     old = client.connection_pool
     tcp = not issubclass(old.connection_class, redis.UnixDomainSocketConnection)
@@ -453,6 +455,6 @@ def sibling(client: redis.Redis, options: ClientOptions) -> Client:
         )
     else:
         pool = old.__class__(connection_class=old.connection_class, **kwargs)
-    client = Client(connection_pool=pool)
-    client.auto_close_connection_pool = True  # its own pool: ``close`` closes it
-    return client
+    made = Client(connection_pool=pool)
+    made.auto_close_connection_pool = True  # its own pool
+    return made

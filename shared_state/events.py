@@ -169,6 +169,8 @@ class EventLog:
         """
         found: list[Event] = []
         newest = "$"
+        if last < 1:
+            return found, newest
         for entries in self._pages(None, last, filtered=True):
             if newest == "$":
                 newest = _text(entries[0][0])
