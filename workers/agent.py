@@ -45,6 +45,7 @@ from .llm.failover import models_of
 from .phases import CLOCK
 from .run_context import RunContext
 from .tools import ToolBox, ToolResult
+from .tools.tool import REFUSED
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class AgentLoop:
         ended_by = ""
         for call in response.tool_calls:
             if ended_by:
-                result = ToolResult(content=f"error: not run; {ended_by} ended this run")
+                result = ToolResult(content=f"{REFUSED}not run; {ended_by} ended this run")
             else:
                 result = self.tools.call(call, self.context)
                 if result.ends_run:

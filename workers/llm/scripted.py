@@ -127,10 +127,12 @@ def _resolve(value: Any, sent: str) -> Any:
 def _refused(messages: Sequence[Message]) -> str:
     """Why a replay ran out, when its last step was refused: the tool's error (a script
     written for another job cannot adapt, as a model would, and asks for a step more)."""
+    from ..tools.tool import REFUSED  # the tools load with the roles; asked only here
+
     for message in reversed(messages):
         if not message.is_tool_result:
             return ""  # the results of the last step only
-        if message.content.startswith("error: "):
+        if message.content.startswith(REFUSED):
             return (
                 f"; its last step's {message.name} was refused"
                 f" ({' '.join(message.content.split())[:300]})"

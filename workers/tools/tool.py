@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from ..run_context import RunContext
 
 
+REFUSED = "error: "  # how a refused call's result starts, as the model reads it
+
+
 class ToolResult(BaseModel):
     """What a tool call gives back."""
 
@@ -43,7 +46,7 @@ class ToolResult(BaseModel):
 
     @classmethod
     def refused(cls, reason: str) -> ToolResult:
-        return cls(content=f"error: {reason}", error=True)
+        return cls(content=f"{REFUSED}{reason}", error=True)
 
     def message(self, call: ToolCall) -> Message:
         """The tool message answering ``call``.
