@@ -24,6 +24,11 @@ RQ's defaults to the fleet's envelope, one step a row:
                          stream of None), a second status write and job
                          heartbeat, its dependents' expiries (the fleet's
                          ``SlotWorker``: its envelope)
+  + end with the next dequeue
+                         the slot's own client (``Client``) sends the end MULTI in
+                         the round trip of its next command; in the fleet the start
+                         goes in the task's claim's (a no-op job makes no claim:
+                         here it goes as the job ends, in a round trip of its own)
 
 Each row enqueues N no-op jobs one by one and runs them through one
 in-process worker in burst mode, on a private redis-server on a free port
@@ -101,11 +106,14 @@ class _StateOnce(_Throttled):
     set_state = slots.SlotWorker.set_state
 
 
-def _slot(cls: type[slots.SlotWorker], *, tick: bool) -> Callable[..., BaseWorker]:
+def _slot(
+    cls: type[slots.SlotWorker], *, tick: bool, carrying: bool = False
+) -> Callable[..., BaseWorker]:
     def make(client: redis.Redis, queue: Queue) -> BaseWorker:
         return cls(
             [queue],
-            connection=client,
+            # A slot's own client, as the fleet's (``Client``: it carries the end writes).
+            connection=slots.slot_client(client, "bench-slot") if carrying else client,
             serializer=JSONSerializer,
             worker_ttl=slots.RQ_WORKER_TTL_S,
             stop=threading.Event(),
@@ -173,6 +181,13 @@ ROWS = (
         "+ start, end batched, no result",
         "envelopes return None and have no callbacks or dependents: nothing they need",
         _slot(slots.SlotWorker, tick=True),
+        FLEET_ENQUEUE,
+    ),
+    Row(
+        "+ end with the next dequeue",
+        "none: the end MULTI goes in the round trip of the slot's next command, before it "
+        "(in the fleet the start goes in the task's claim's too; a no-op job has none)",
+        _slot(slots.SlotWorker, tick=True, carrying=True),
         FLEET_ENQUEUE,
     ),
 )

@@ -56,6 +56,9 @@ from redis.sentinel import (
 from .errors import ConnectionFailed, ConnectionTimedOut
 from .redact import redact
 
+# A command as a pipeline queues it (an entry of its ``command_stack``): args, options.
+Queued = tuple[tuple[Any, ...], dict[str, Any]]
+
 
 @cache
 def driver() -> DriverInfo:
@@ -257,7 +260,12 @@ class _Pipeline(redis.client.Pipeline):
         super().__init__(client.connection_pool, client.response_callbacks, transaction, shard_hint)
         self._client = client
 
+    def watch(self, *names: Any) -> Any:
+        self._client.flush_carried()  # before the keys are watched: it may write them
+        return super().watch(*names)
+
     def execute(self, raise_on_error: bool = True) -> list[Any]:
+        self._client.flush_carried()  # what this thread's client carries goes first
         if self.watching or self.connection is not None or self.scripts:
             # WATCH holds a pooled connection from its first command: redis-py's own path.
             try:
@@ -338,11 +346,78 @@ class Client(redis.Redis):
             conn.disconnect()  # a failover moved the primary: the next send asks again
         return conn
 
+    def carry(self, commands: list[Queued], refused: Callable[[Exception], None]) -> None:
+        """Send ``commands`` (as a transaction's pipeline queued them) as one MULTI ahead of
+        this thread's next command on this client, in that command's round trip: writes
+        that must land before whatever the thread sends next, and need no round trip of
+        their own (an envelope's end, ``slots``). A pipeline sent next sends them first,
+        in a round trip of their own. ``refused`` is given the error of a MULTI Redis
+        would not run (EXECABORT: out of memory, a read-only replica); the command that
+        carried it is answered all the same. A connection lost on the way keeps them for
+        the next command (which sends them again: they may have been written)."""
+        self._pins.carried = (commands, refused)
+
+    def _take_carried(self) -> tuple[list[Queued], Callable[[Exception], None]] | None:
+        carried = getattr(self._pins, "carried", None)
+        self._pins.carried = None
+        return carried
+
     def execute_command(self, *args: Any, **options: Any) -> Any:
         conn = self.pinned()
+        carried = self._take_carried()
+        if carried is not None:
+            unread = [carried]  # emptied once Redis answered them: a retry sends the command
+            try:
+                return _in_step(conn, lambda: self._send_carrying(conn, unread, args, options))
+            except ConnectionFailed:
+                if unread:  # maybe sent, maybe not: with the next command, again
+                    self._pins.carried = carried
+                raise
         return _in_step(
             conn, lambda: self._send_command_parse_response(conn, args[0], *args, **options)
         )
+
+    def _send_carrying(
+        self,
+        conn: redis.connection.AbstractConnection,
+        unread: list[tuple[list[Queued], Callable[[Exception], None]]],
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+    ) -> Any:
+        if not unread:
+            return self._send_command_parse_response(conn, args[0], *args, **options)
+        commands, refused = unread[0]
+        conn.send_packed_command(
+            conn.pack_commands([("MULTI",), *(c for c, _ in commands), ("EXEC",), args])
+        )
+        error: Exception | None = None
+        for _ in range(len(commands) + 2):  # MULTI's OK, each QUEUED, EXEC's (read as is)
+            try:
+                conn.read_response()
+            except redis.ResponseError as exc:  # the connection is in step: read on
+                error = error or exc
+        unread.clear()
+        try:
+            return self.parse_response(conn, args[0], **options)
+        finally:
+            if error is not None:
+                refused(error)
+
+    def flush_carried(self) -> None:
+        """Send what ``carry`` holds for this thread now, in a round trip of its own."""
+        carried = self._take_carried()
+        if carried is None:
+            return
+        commands, refused = carried
+        pipe = self.pipeline()
+        pipe.command_stack.extend(commands)
+        try:
+            pipe.execute()
+        except redis.ResponseError as exc:
+            refused(exc)
+        except ConnectionFailed:
+            self._pins.carried = carried
+            raise
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _Pipeline:
         return _Pipeline(self, transaction, shard_hint)

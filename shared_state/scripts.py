@@ -28,13 +28,14 @@ import hashlib
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from .client import Queued
 from .errors import Code, ConnectionFailed, NotReplicated
 
 if TYPE_CHECKING:
@@ -217,11 +218,14 @@ class Runner:
         keys: list[str],
         args: list[Any],
         reads: Reads | None = None,
+        carrying: Sequence[Queued] = (),
     ) -> tuple[ScriptResult, list[Any]]:
         """``run``, with the reads ``reads`` queues on the pipeline sent in the same round
-        trip, after the script; their replies in order (an error reply in its place). Reads
-        are sent once: a send again (the script's NOSCRIPT, an unacknowledged write) is the
-        script's alone."""
+        trip, after the script; their replies in order (an error reply in its place). Then
+        the commands ``carrying`` holds, as a pipeline queued them (another client's writes
+        that need no round trip of their own: an envelope's start, ``slots``); their replies
+        are not read. Reads and carried commands are sent once: a send again (the script's
+        NOSCRIPT, an unacknowledged write) is the script's alone."""
         queued: list[Any] = []
         if reads is not None:
             # Queued first, on a pipeline of their own: the caller's code raising here
@@ -229,10 +233,11 @@ class Runner:
             scratch = self.client.pipeline(transaction=False)
             reads(scratch)
             queued = list(scratch.command_stack)
-        (result,), read = self._run([(name, job_id, keys, args)], queued)
+        answered = len(queued)
+        (result,), read = self._run([(name, job_id, keys, args)], [*queued, *carrying])
         if isinstance(result, Exception):
             raise result
-        return result, read
+        return result, read[:answered]
 
     def ride(self, calls: list[Call], check: Check) -> None:
         """Queue ``calls`` to go first in this thread's next pipeline; ``check`` is given

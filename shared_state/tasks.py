@@ -18,6 +18,7 @@ import redis
 
 from . import keys
 from .backoff import Failure, retry_args
+from .client import Queued
 from .delivery import Delivery, Envelope
 from .errors import (
     StateError,
@@ -106,6 +107,7 @@ class TaskStore:
         lease_ms: int,
         *,
         open_run: Callable[[Job], Reads | None] | None = None,
+        carrying: Sequence[Queued] = (),
     ) -> Claimed | None:
         """Claim a task; None when it is not claimable (a duplicate delivery, a finished job).
 
@@ -119,6 +121,10 @@ class TaskStore:
         replies to the reads ``open_run`` queues for the job, when this store
         knows the job already — a run starts in one round trip. For a job it
         knows, ``open_run`` returning None says its runs need no opening.
+
+        ``carrying``: commands another client queued that go in the claim's round trip,
+        after it, their replies unread (``Runner.run_reading``): RQ's writes as the
+        envelope that delivered the task starts (``slots.take_start_writes``).
         """
         job = self._jobs.get(job_id)
         reads = open_run(job) if open_run is not None and job is not None else None
@@ -127,8 +133,9 @@ class TaskStore:
         args = [worker, lease_ms, "" if job else "1", *retry_args(Failure.LOST)]
         args.append("1" if opening else "")
         res, read = self.runner.run_reading(
-            "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args, reads
-        )
+            "claimTask", job_id, keys.script_keys("claimTask", job_id, task_id), args, reads,
+            carrying,
+        )  # fmt: skip
         if not check("claimTask", res, Asked(job_id=job_id, task_id=task_id)).ok:
             return None
         task = _task_from(res.data["task"])

@@ -83,6 +83,25 @@ def test_a_job_with_a_result_or_kept_for_no_time_takes_rqs_own_path(state: State
     assert not queue.get_job_ids() and queue.finished_job_registry.get_job_ids() == [kept.id]
 
 
+def test_a_start_no_claim_carried_is_written_before_the_envelopes_end(state: State) -> None:
+    """A slot leaves RQ's start writes for the task's claim to carry; a job whose run
+    makes no claim (here: not a task at all) has them written as it ends, before its end
+    writes: taken off RQ's intermediate queue, finished, not left started."""
+    queue = Queue("test.slots", connection=state.client, serializer=JSONSerializer)
+    plain = queue.enqueue_call(f"{__name__}.nothing", result_ttl=RESULT_TTL_S)
+    slots.SlotWorker(
+        [queue], connection=state.client, serializer=JSONSerializer, stop=threading.Event(),
+        waiting=threading.Event(), commands=False, suspended=threading.Event(),
+    ).work(burst=True, logging_level="WARNING", with_scheduler=False)  # fmt: skip
+    ran = RQJob.fetch(plain.id, connection=state.client, serializer=JSONSerializer)
+    assert ran.get_status() == JobStatus.FINISHED
+    assert ran.started_at is not None and ran.ended_at is not None
+    assert queue.finished_job_registry.get_job_ids() == [plain.id]
+    assert plain.id not in queue.started_job_registry.get_job_ids()
+    assert not state.client.llen(queue.intermediate_queue_key)
+    assert slots.take_start_writes() == []  # nothing left for a later claim to carry
+
+
 def test_a_slots_command_thread_stops_at_once_however_its_unsubscribe_lands(
     state: State,
 ) -> None:

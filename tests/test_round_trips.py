@@ -17,6 +17,9 @@ from pathlib import Path
 import pydantic
 import pytest
 import redis
+from rq.job import Job as RQJob
+from rq.job import JobStatus
+from rq.serializers import JSONSerializer
 
 from shared_state import (
     Child,
@@ -35,7 +38,7 @@ from shared_state.memory import MemoryContext
 from shared_state.memory.files import PROJECT_MEMORY
 from shared_state.records import Opening
 from shared_state.scripts import SCRIPTS, load
-from workers import runtime
+from workers import runtime, slots
 from workers.agent import AgentLoop
 from workers.context import CallLedger, ContextEngine, WorkingState
 from workers.lease import Lease
@@ -270,3 +273,49 @@ def test_the_reads_a_script_call_carries_are_sent_once_its_script_reloaded_if_ne
     assert read[0] == 1
     assert isinstance(read[1], redis.ResponseError)  # the job is a hash: the error, in place
     assert state.client.get("sent") == b"1"
+
+
+def test_an_envelopes_start_rides_with_its_tasks_claim_and_its_end_with_the_next_dequeue(
+    state: State, remote: State, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ's writes as an envelope starts (its status, the execution record, the slot
+    "busy") go in the claim's round trip, and those as it ends (its status and end, the
+    counters, the finished registry, "idle") in the slot's next dequeue's: neither takes
+    a round trip of its own. RQ's records of the envelope are those of any finished job,
+    its start before its end."""
+    monkeypatch.setattr(slots, "RQ_HEARTBEAT_EVERY_S", 3600)  # the slot's own, at its birth
+    rt = runtime.WorkerRuntime(remote, role=Role.CODER, lease_ms=60_000, worker_id="c-rt")
+    monkeypatch.setattr(runtime, "_runtime", rt)
+    monkeypatch.setattr(runtime._slot, "lease", rt.heartbeat.leases[0], raising=False)
+    client = slots.slot_client(remote.client, "c-rt/0")  # connected once, for both bursts
+    queue = state.delivery.queues[Role.CODER]
+
+    def burst() -> int:
+        before = proxy.requests
+        slots.serve("c-rt/0", queue.name, client, threading.Event(), threading.Event(),
+                    burst=True, commands=False, suspended=threading.Event())  # fmt: skip
+        return proxy.requests - before
+
+    for name in SCRIPTS:
+        load(state.client, name)
+    burst()  # the slot's connections dialled
+    idle = burst()  # a slot's birth, its empty dequeue, its death
+    job = state.jobs.submit(JobSpec(goal="g", scenario=Scenario.NOOP, fanout=1))
+    root = state.tasks.claim(job.job_id, job.root_task, "planner-0", 60_000)
+    assert root is not None
+    (coder,) = state.tasks.spawn(root.claim, "review", [Child(Role.CODER, "a")])
+    envelope = state.client.hget(keys.task(job.job_id, coder), "envelope").decode()
+    # RQ's pop and its read of the envelope; the claim, carrying RQ's start writes; the
+    # completion; the planner's envelope, sent as its last child ends (and RQ's one look
+    # at the server's version, the first time this process enqueues). RQ's end writes
+    # go with the slot's next dequeue, which ends the burst (counted in ``idle``). Eight
+    # when the start and the end were round trips of their own.
+    assert burst() - idle == 6
+    assert state.tasks.get(job.job_id, coder).status == "succeeded"
+    ran = RQJob.fetch(envelope, connection=state.client, serializer=JSONSerializer)
+    assert ran.get_status() == JobStatus.FINISHED and ran.worker_name == "c-rt/0"
+    assert ran.started_at is not None and ran.ended_at is not None
+    assert envelope in queue.finished_job_registry.get_job_ids()
+    assert envelope not in queue.started_job_registry.get_job_ids()
+    assert not state.client.llen(queue.intermediate_queue_key)
+    client.close()

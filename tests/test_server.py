@@ -28,6 +28,7 @@ from shared_state.client import PACKER, ClientOptions, connect, sibling
 
 from .conftest import wait_for
 from .processes import alive
+from .proxy import FaultProxy
 from .test_cli import run
 
 # The session server's fixture skips these tests without a redis-server binary (fails in CI).
@@ -458,3 +459,54 @@ def test_a_refused_server_is_dialled_once_per_retry_not_once_per_retry_squared(
             call()
         assert len(dials) == 4
     client.close()
+
+
+def test_what_a_client_carries_goes_as_one_multi_ahead_of_its_threads_next_command(
+    redis_server: RedisServer,
+) -> None:
+    """``carry``'s writes go in the round trip of the thread's next command, before it and
+    as one MULTI; before a pipeline or a WATCH, in a round trip of their own; a MULTI
+    Redis refuses is handed to ``refused``, the command that carried it answered all
+    the same; one whose connection was lost goes with the next command. Another
+    thread's commands carry nothing of this one's."""
+    with FaultProxy(redis_server.port) as proxy:
+        client = connect(proxy.url)
+        client.flushall()
+        refused: list[Exception] = []
+        set_k = [(("SET", "k", "1"), {}), (("INCR", "k"), {})]
+
+        client.get("k")  # this thread's connection dialled
+        client.carry(set_k, refused.append)
+        other = threading.Thread(target=lambda: client.set("k", "other's"))
+        other.start()
+        other.join()  # it carried nothing: the SET ran alone, before the MULTI
+        before = proxy.requests
+        assert client.get("k") == b"2"  # the carried MULTI ran first, in the GET's trip
+        assert proxy.requests - before == 1
+        assert client.get("k") == b"2"  # and once
+
+        client.carry(set_k, refused.append)
+        before = proxy.requests
+        assert client.pipeline(transaction=False).get("k").execute() == [b"2"]
+        assert proxy.requests - before == 2  # the carried MULTI, then the pipeline
+        client.carry([(("DEL", "k"), {})], refused.append)
+        with client.pipeline() as pipe:
+            pipe.watch("k")  # after the carried DEL: nothing changes it while watched
+            pipe.multi()
+            pipe.set("k", "watched")
+            assert pipe.execute() == [True]
+
+        client.carry([(("SET", "k", "x"), {}), (("NO-SUCH-COMMAND",), {})], refused.append)
+        assert client.echo("answered") == b"answered"
+        assert len(refused) == 1 and "unknown command" in str(refused[0])
+        assert client.get("k") == b"watched"  # the refused MULTI wrote nothing
+        client.close()
+
+        brittle = connect(proxy.url, ClientOptions(retries=0))
+        brittle.ping()
+        brittle.carry([(("SET", "lost", "1"), {})], refused.append)
+        proxy.sever()
+        with pytest.raises(ConnectionFailed):
+            brittle.get("lost")
+        assert brittle.get("lost") == b"1"  # carried again, by the next command
+        brittle.close()

@@ -203,6 +203,7 @@ class WorkerRuntime:
                 job_id, task_id, self.worker_id, self.lease_ms,
                 open_run=lambda job: (roles.opening_reads(self.state, job, task_id)
                                       if job.scenario is Scenario.AGENTS else None),
+                carrying=slots.take_start_writes(),  # RQ's, as the envelope started
             )  # fmt: skip
         except NotFound:
             log.info("delivery.dropped", job_id=job_id, task_id=task_id, why="no such task")

@@ -49,7 +49,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now as rq_now
 from rq.worker import WorkerStatus
 
-from shared_state.client import ClientOptions, sibling
+from shared_state.client import Client, ClientOptions, Queued, sibling
 
 log = structlog.get_logger("redfleet.worker")
 
@@ -97,6 +97,19 @@ class _LeaseDecides(BaseDeathPenalty):
 def _plain(job: Job) -> bool:
     """An envelope as ``Delivery.send`` makes it: no callbacks to run as it ends."""
     return job.success_callback is None and job.failure_callback is None
+
+
+_start = threading.local()  # .writes: RQ's writes as this thread's envelope starts, unsent
+
+
+def take_start_writes() -> list[Queued]:
+    """RQ's writes as the envelope this slot thread runs starts (its status and start, the
+    execution record, the slot "busy"), as its pipeline queued them, for the task's claim
+    to carry in its round trip (``TaskStore.claim``'s ``carrying``); none once taken, or
+    outside a slot. What no claim took is written as the envelope ends, before its end."""
+    writes = getattr(_start, "writes", None) or []
+    _start.writes = None
+    return writes
 
 
 def slot_name(worker_id: str, slot: int) -> str:
@@ -276,10 +289,13 @@ class SlotWorker(SimpleWorker):
         super().set_state(state)
         self._written = state
 
-    # One envelope's bookkeeping, in two round trips where RQ takes seven: its
-    # writes as a job starts (the execution record, "busy", the job's status) go in
-    # one pipeline, and its writes as a job ends (its status, the counters, the
-    # execution's removal, "idle") in one MULTI. What is left out, because an
+    # One envelope's bookkeeping, in no round trip of its own where RQ takes seven:
+    # its writes as a job starts (the execution record, "busy", the job's status) go
+    # with the task's claim, the run's first round trip (``take_start_writes``; with
+    # no claim to carry them, as the envelope ends, before its end writes), and its
+    # writes as a job ends (its status, the counters, the execution's removal,
+    # "idle"), one MULTI, with the slot's next command: its next dequeue
+    # (``Client.carry``). What is left out, because an
     # envelope has no use for it:
     # - the job's own heartbeat as it starts (an HSET of ``last_heartbeat``, which
     #   the job's status write repeats) and as it ends (it keeps a job listed as
@@ -318,10 +334,18 @@ class SlotWorker(SimpleWorker):
             if remove_from_intermediate_queue:
                 # RQ asks this only of a worker on one queue: the job's.
                 pipe.lrem(self.queues[0].intermediate_queue_key, 1, job.id)
-            pipe.execute()
+            # Not sent here: the task's claim carries them, next in this thread.
+            _start.writes = list(pipe.command_stack)
         self._written = WorkerStatus.BUSY
 
     def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        # Every end of an envelope passes here first: the start writes no claim carried (a
+        # duplicate delivery, a task gone) go before the writes that end it.
+        writes = take_start_writes()
+        if writes:
+            with self.connection.pipeline() as pipe:
+                pipe.command_stack.extend(writes)
+                pipe.execute()
         if _plain(job):
             job.ended_at = rq_now()
             return
@@ -352,9 +376,17 @@ class SlotWorker(SimpleWorker):
             pipe.expire(job.key, result_ttl)
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
-            pipe.execute()
+            if isinstance(self.connection, Client) and not job.has_rate_limit:
+                # Carried by the slot's next command (its next dequeue), in its round trip;
+                # a rate limit's slot is released only once they are written.
+                self.connection.carry(list(pipe.command_stack), self._end_refused)
+            else:
+                pipe.execute()
         self._written = WorkerStatus.IDLE
         release_slot(job)
+
+    def _end_refused(self, error: Exception) -> None:
+        log.warning("slot.end_unwritten", worker=self.name, error=str(error))
 
     def set_shutdown_requested_date(self) -> None:
         # Not written: RQ writes it from the signal handler, in the middle of a task,
