@@ -351,11 +351,17 @@ class Client(redis.Redis):
         this thread's next command on this client, in that command's round trip: writes
         that must land before whatever the thread sends next, and need no round trip of
         their own (an envelope's end, ``slots``). A pipeline sent next sends them first,
-        in a round trip of their own. ``refused`` is given the error of a MULTI Redis
-        would not run (EXECABORT: out of memory, a read-only replica); the command that
-        carried it is answered all the same. A connection lost on the way keeps them for
-        the next command (which sends them again: they may have been written)."""
+        in a round trip of their own. ``refused`` is given the first error of the MULTI
+        (EXECABORT: out of memory, a command Redis does not know; or one that failed as
+        it ran); the command that carried it is answered all the same. Anything raised
+        before Redis answered them (a lost connection) keeps them for the next command,
+        which sends them again: they may have been written."""
         self._pins.carried = (commands, refused)
+
+    def drop_carried(self) -> int:
+        """Forget what ``carry`` holds for this thread, unsent; how many commands."""
+        carried = self._take_carried()
+        return len(carried[0]) if carried is not None else 0
 
     def _take_carried(self) -> tuple[list[Queued], Callable[[Exception], None]] | None:
         carried = getattr(self._pins, "carried", None)
@@ -369,7 +375,7 @@ class Client(redis.Redis):
             unread = [carried]  # emptied once Redis answered them: a retry sends the command
             try:
                 return _in_step(conn, lambda: self._send_carrying(conn, unread, args, options))
-            except ConnectionFailed:
+            except BaseException:
                 if unread:  # maybe sent, maybe not: with the next command, again
                     self._pins.carried = carried
                 raise
@@ -393,9 +399,12 @@ class Client(redis.Redis):
         error: Exception | None = None
         for _ in range(len(commands) + 2):  # MULTI's OK, each QUEUED, EXEC's (read as is)
             try:
-                conn.read_response()
+                reply = conn.read_response()
             except redis.ResponseError as exc:  # the connection is in step: read on
                 error = error or exc
+                continue
+            if isinstance(reply, list):  # EXEC's: a command that failed as it ran
+                error = error or next((r for r in reply if isinstance(r, Exception)), None)
         unread.clear()
         try:
             return self.parse_response(conn, args[0], **options)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+import redis
+import structlog
+import structlog.testing
 from rq import Queue
 from rq import Worker as RQWorker
 from rq.job import Job as RQJob
@@ -19,10 +22,12 @@ from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from shared_state import JobSpec, Role, Scenario, State, keys
+from shared_state.client import ClientOptions, connect
 from shared_state.delivery import RESULT_TTL_S
 from workers import runtime, slots
 
 from .conftest import wait_for
+from .proxy import FaultProxy
 
 
 def test_a_finished_envelope_is_finished_in_rqs_records_without_a_result(
@@ -100,6 +105,64 @@ def test_a_start_no_claim_carried_is_written_before_the_envelopes_end(state: Sta
     assert plain.id not in queue.started_job_registry.get_job_ids()
     assert not state.client.llen(queue.intermediate_queue_key)
     assert slots.take_start_writes() == []  # nothing left for a later claim to carry
+
+
+def test_a_slots_rq_loop_that_ends_on_a_lost_connection_runs_again_once_redis_answers(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ's dequeue waits out a lost connection itself; where its loop ends anyway (here:
+    its birth's write), the slot waits for Redis and runs a new RQ loop in the same
+    thread, under its name and the next generation's, and that loop takes the queue."""
+    queue = Queue("test.slots", connection=state.client, serializer=JSONSerializer)
+    plain = queue.enqueue_call(f"{__name__}.nothing", result_ttl=RESULT_TTL_S)
+    births: list[str] = []
+    born = slots.SlotWorker.register_birth
+
+    def register_birth(worker: slots.SlotWorker) -> None:
+        births.append(worker.name)
+        if len(births) == 1:
+            raise redis.ConnectionError("lost as the slot was born")
+        born(worker)
+
+    monkeypatch.setattr(slots.SlotWorker, "register_birth", register_birth)
+    with structlog.testing.capture_logs() as logs:
+        slots.serve("s-rt/0", queue.name, state.client, threading.Event(), threading.Event(),
+                    burst=True, commands=False, suspended=threading.Event())  # fmt: skip
+    assert births == ["s-rt/0", "s-rt/0.1"]
+    events = [e["event"] for e in logs if e["event"].startswith("worker.")]
+    assert events == ["worker.rq_loop_ended", "worker.resumed"]
+    ran = RQJob.fetch(plain.id, connection=state.client, serializer=JSONSerializer)
+    assert ran.get_status() == JobStatus.FINISHED and ran.worker_name == "s-rt/0.1"
+
+
+def test_an_rq_loop_that_ends_with_its_end_writes_unsent_leaves_none_to_the_next(
+    state: State, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot's end writes wait for its next command; if its loop ends with Redis away
+    (its record of its death unsent), they are dropped with it, not sent by the next RQ
+    loop of the slot after the first one's death, which would bring back its record."""
+    brittle = connect(proxy.url, ClientOptions(retries=0))
+    queue = Queue("test.slots", connection=state.client, serializer=JSONSerializer)
+    queue.enqueue_call(f"{__name__}.nothing", result_ttl=RESULT_TTL_S)
+    died = slots.SlotWorker.register_death
+
+    def register_death(worker: slots.SlotWorker) -> None:
+        proxy.sever()  # the end writes wait, unsent, for this
+        died(worker)
+
+    monkeypatch.setattr(slots.SlotWorker, "register_death", register_death)
+    worker = slots.SlotWorker(
+        [Queue(queue.name, connection=brittle, serializer=JSONSerializer)],
+        name="brittle/0", connection=brittle, serializer=JSONSerializer,
+        stop=threading.Event(), waiting=threading.Event(), commands=False,
+        suspended=threading.Event(),
+    )  # fmt: skip
+    with structlog.testing.capture_logs() as logs, pytest.raises(redis.ConnectionError):
+        # One job, then its death: no dequeue after the job to carry its end writes.
+        worker.work(burst=True, max_jobs=1, logging_level="WARNING", with_scheduler=False)
+    assert [e for e in logs if e["event"] == "slot.end_unwritten"]
+    assert brittle.drop_carried() == 0  # nothing left for the slot's next loop to send
+    brittle.close()
 
 
 def test_a_slots_command_thread_stops_at_once_however_its_unsubscribe_lands(

@@ -179,6 +179,7 @@ def test_a_task_costs_at_most_25_round_trips_end_to_end(
         runtime._slot_main(
             remote, rt.heartbeat.leases[0], f"{rt.worker_id}/0", role, threading.Event(),
             waiting=threading.Event(), burst=True, commands=False,
+            suspended=rt.heartbeat.suspended,  # `rq suspend` looked for by the tick, as a fleet's
         )  # fmt: skip
         return proxy.requests - before
 

@@ -500,6 +500,12 @@ def test_what_a_client_carries_goes_as_one_multi_ahead_of_its_threads_next_comma
         assert client.echo("answered") == b"answered"
         assert len(refused) == 1 and "unknown command" in str(refused[0])
         assert client.get("k") == b"watched"  # the refused MULTI wrote nothing
+        client.carry([(("SET", "k", "x"), {}), (("INCR", "k"), {})], refused.append)
+        assert client.echo("answered") == b"answered"
+        assert len(refused) == 2 and "not an integer" in str(refused[1])  # failed as it ran
+        client.carry([(("SET", "k", "dropped"), {})], refused.append)
+        assert client.drop_carried() == 1
+        assert client.get("k") == b"x"  # the SET before the failed INCR ran; none since
         client.close()
 
         brittle = connect(proxy.url, ClientOptions(retries=0))

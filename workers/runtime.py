@@ -196,6 +196,7 @@ class WorkerRuntime:
 
     def _run(self, job_id: str, task_id: str, lease: Lease) -> None:
         sent_at = time.monotonic()  # the lease runs from here at the latest
+        started = slots.take_start_writes()  # RQ's, as the envelope started: the claim's
         try:
             # The claim opens the run: its records come back in the same round trip, and
             # so do an agent's reads outside the job, once the process knows the job.
@@ -203,11 +204,14 @@ class WorkerRuntime:
                 job_id, task_id, self.worker_id, self.lease_ms,
                 open_run=lambda job: (roles.opening_reads(self.state, job, task_id)
                                       if job.scenario is Scenario.AGENTS else None),
-                carrying=slots.take_start_writes(),  # RQ's, as the envelope started
+                carrying=started,
             )  # fmt: skip
         except NotFound:
             log.info("delivery.dropped", job_id=job_id, task_id=task_id, why="no such task")
             return
+        except BaseException:
+            slots.keep_start_writes(started)  # no answer: they go as the envelope ends
+            raise
         if claimed is None:
             log.info("delivery.duplicate", job_id=job_id, task_id=task_id)
             return

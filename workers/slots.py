@@ -95,8 +95,8 @@ class _LeaseDecides(BaseDeathPenalty):
 
 
 def _plain(job: Job) -> bool:
-    """An envelope as ``Delivery.send`` makes it: no callbacks to run as it ends."""
-    return job.success_callback is None and job.failure_callback is None
+    """An envelope as ``Delivery.send`` makes it: no callbacks or webhooks as it ends."""
+    return job.success_callback is None and job.failure_callback is None and not job.webhooks
 
 
 _start = threading.local()  # .writes: RQ's writes as this thread's envelope starts, unsent
@@ -110,6 +110,12 @@ def take_start_writes() -> list[Queued]:
     writes = getattr(_start, "writes", None) or []
     _start.writes = None
     return writes
+
+
+def keep_start_writes(writes: list[Queued]) -> None:
+    """Put back what ``take_start_writes`` gave, for a claim that raised before Redis
+    answered it: written as the envelope ends (again, if they went: each is idempotent)."""
+    _start.writes = writes or None
 
 
 def slot_name(worker_id: str, slot: int) -> str:
@@ -319,7 +325,7 @@ class SlotWorker(SimpleWorker):
         )
         self.executions[execution.id] = execution
         self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-        self._starting = pipe  # sent by ``prepare_job_execution``, next in RQ's path
+        self._starting = pipe  # completed by ``prepare_job_execution``, next in RQ's path
         return execution
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
@@ -343,9 +349,12 @@ class SlotWorker(SimpleWorker):
         # duplicate delivery, a task gone) go before the writes that end it.
         writes = take_start_writes()
         if writes:
-            with self.connection.pipeline() as pipe:
-                pipe.command_stack.extend(writes)
-                pipe.execute()
+            try:
+                with self.connection.pipeline() as pipe:
+                    pipe.command_stack.extend(writes)
+                    pipe.execute()
+            except redis.RedisError as exc:  # RQ's records only: its end writes go on
+                log.warning("slot.start_unwritten", worker=self.name, error=str(exc))
         if _plain(job):
             job.ended_at = rq_now()
             return
@@ -386,6 +395,7 @@ class SlotWorker(SimpleWorker):
         release_slot(job)
 
     def _end_refused(self, error: Exception) -> None:
+        self._written = None  # "idle" may not be written: the next dequeue writes it
         log.warning("slot.end_unwritten", worker=self.name, error=str(error))
 
     def set_shutdown_requested_date(self) -> None:
@@ -441,8 +451,13 @@ class SlotWorker(SimpleWorker):
         if self.beats is not None:
             self.beats.remove(self)
         try:
-            super().teardown()
+            super().teardown()  # its record of its death sends what its client carries first
         finally:
+            # Not written (Redis away): not carried into the next RQ worker of the slot,
+            # whose first command would write this one's counters and state after its death
+            # (bringing back its record, with no expiry).
+            if isinstance(self.connection, Client) and (dropped := self.connection.drop_carried()):
+                log.warning("slot.end_unwritten", worker=self.name, dropped=dropped)
             # register_death fails while Redis is away and skips the unsubscribe:
             # without this every resumed loop would leave a pubsub thread behind.
             if self.pubsub_thread is not None and self.pubsub_thread.is_alive():
