@@ -365,7 +365,8 @@ class Client(redis.Redis):
 
     def _take_carried(self) -> tuple[list[Queued], Callable[[Exception], None]] | None:
         carried = getattr(self._pins, "carried", None)
-        self._pins.carried = None
+        if carried is not None:
+            self._pins.carried = None
         return carried
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -422,9 +423,9 @@ class Client(redis.Redis):
         pipe.command_stack.extend(commands)
         try:
             pipe.execute()
-        except redis.ResponseError as exc:
+        except redis.ResponseError as exc:  # answered
             refused(exc)
-        except ConnectionFailed:
+        except BaseException:  # maybe sent, maybe not: with the next command, again
             self._pins.carried = carried
             raise
 
