@@ -226,6 +226,8 @@ def run_once(client: redis.Redis, row: Row, jobs: int) -> dict[str, dict[str, fl
     worker = row.worker(client, queue)
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
     t2, c2 = time.thread_time(), counters.take()
+    if worker.connection is not client:  # a slot's own client (``_slot``'s carrying rows)
+        worker.connection.close()
     ran = int(client.hget(worker.key, "successful_job_count") or 0)
     if ran != jobs:
         raise RuntimeError(f"{row.name}: {ran} of {jobs} jobs ran")

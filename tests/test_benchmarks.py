@@ -170,3 +170,8 @@ def test_rq_settings_tiny_run_counts_each_row_and_the_fleets_envelope_costs_leas
     assert rows["result_ttl=0"]["commands"] > defaults["commands"]  # the delete's walk
     assert fleet["worker_round_trips"] < defaults["worker_round_trips"]
     assert min(r["commands"] for r in rows.values()) == fleet["commands"]
+    # The end's MULTI ahead of the slot's next dequeue: the same commands, a trip fewer
+    # (less a turn's heartbeat now and then, within 20 jobs).
+    carried = rows["+ end with the next dequeue"]
+    assert abs(carried["commands"] - fleet["commands"]) < 1
+    assert carried["worker_round_trips"] < fleet["worker_round_trips"] - 0.5
