@@ -699,6 +699,9 @@ class LoadRun:
                 "supervisor_s": round(sup1.user + sup1.system - sup0.user - sup0.system, 2),
                 "loopback_s": round(server_cpu1 - server_cpu0, 2),
                 "redis_s": round(redis_s, 2),
+                # The server's share in the kernel (its reads, writes and polls: round trips)
+                # beside its own code (commands and scripts).
+                "redis_sys_s": round(redis_cpu1["used_cpu_sys"] - redis_cpu0["used_cpu_sys"], 2),
                 "worker_ms_per_call": round(1000 * own / calls, 2) if calls else None,
                 "redis_ms_per_call": round(1000 * redis_s / calls, 3) if calls else None,
                 # Where a worker's CPU went, by phase, as the workers count it (ms per call).

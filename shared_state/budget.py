@@ -13,6 +13,13 @@ A tenant may have a daily money budget too (``DailySpend``, `redfleet limits
 tenant T --daily-usd X`): the call's cost is reserved from it by the same
 script, in the same round trip as the job's, and a call that would overrun
 either is not sent.
+
+A job submitted without a budget (the default) has nothing to refuse a call
+for: its calls reserve nothing (no round trip) unless its tenant has a daily
+budget, and each call's use is counted in the budget hash by its usage record
+(``recordUsage``). A job's budgets are set at submit and at a retry (of a
+finished job), never while it runs; the claim that opens a run says whether
+the job has one (``Opened.budgeted``).
 """
 
 from __future__ import annotations
@@ -113,21 +120,28 @@ class TokenBudget:
         *,
         tenant: str = "",
         spend: DailySpend | None = None,
+        budgeted: bool = True,
     ) -> None:
         """``tenant`` and ``spend``: the job's tenant, whose daily budget (if it has one)
-        each call reserves from as well."""
+        each call reserves from as well. ``budgeted`` False: the job has no budget of its
+        own (``Opened.budgeted``)."""
         self.runner = runner
         self.job_id = job_id
         self.key = keys.budget(job_id)
         self.tenant = tenant
         self.spend = spend
+        self.budgeted = budgeted
 
-    def reserve(self, tokens: int, cost_usd: float = 0.0) -> Reservation:
+    def reserve(self, tokens: int, cost_usd: float = 0.0) -> Reservation | None:
         """Reserve ``tokens`` (costing up to ``cost_usd``) for one call; BudgetExceeded if
-        it would overrun the job's token or money budget, or its tenant's for the day."""
+        it would overrun the job's token or money budget, or its tenant's for the day.
+        None: nothing to reserve from (no budget, the job's nor its tenant's), nothing
+        sent; the call's usage record counts what it used (``recordUsage``'s ``*``)."""
+        daily = bool(self.tenant and self.spend and self.spend.limited(self.tenant))
+        if not (self.budgeted or daily):
+            return None
         rid, micro = secrets.token_hex(8), round(cost_usd * MICRO)
         calls = [(self.job_id, [self.key], [rid, tokens, RESERVATION_TTL_MS, micro])]
-        daily = bool(self.tenant and self.spend and self.spend.limited(self.tenant))
         tenant_key = keys.tenant_spend(self.tenant) if daily else ""
         if daily:  # the same script on the tenant's hash, in the same round trip
             calls.append((self.job_id, [tenant_key], [rid, 0, RESERVATION_TTL_MS, micro, "day"]))

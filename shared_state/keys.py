@@ -378,23 +378,21 @@ def script_keys(
     A script's variable keys (a job's task hashes, an owner's write targets)
     follow them, as its header says.
     """
-    built = {
-        "task": lambda: task(job_id, task_id),
-        "parent": lambda: task(job_id, parent_id),
-        "root": lambda: task(job_id, root_id),
-        "artifact": lambda: artifact(job_id, artifact_id),
-        "worker": lambda: worker(worker_id),
-        "memory_prefix": lambda: memory_prefix(tenant),
-        "route": lambda: route(route_id),
-        "route_inflight": lambda: route_inflight(route_id),
-        "route_waiting": lambda: route_waiting(route_id),
-        "route_asked": lambda: route_asked(route_id),
-        "route_vclock": lambda: route_vclock(route_id),
-        "route_settled": lambda: route_settled(route_id),
-        "WORKERS": lambda: WORKERS,
-        "EVENTS": lambda: EVENTS,
-        "METRICS": lambda: METRICS,
-    }
-    return [
-        built[name]() if name in built else globals()[name](job_id) for name in SCRIPT_KEYS[script]
-    ]
+    # Called for every script a worker runs (several a model call): no function is made
+    # per call.
+    found = []
+    for name in SCRIPT_KEYS[script]:
+        if name in ("task", "parent", "root"):
+            found.append(task(job_id, {"task": task_id, "parent": parent_id}.get(name, root_id)))
+        elif name == "artifact":
+            found.append(artifact(job_id, artifact_id))
+        elif name == "worker":
+            found.append(worker(worker_id))
+        elif name == "memory_prefix":
+            found.append(memory_prefix(tenant))
+        elif name.startswith("route"):
+            found.append(globals()[name](route_id))
+        else:  # a key of the job (a function of its id), or a constant (upper case)
+            key = globals()[name]
+            found.append(key if isinstance(key, str) else key(job_id))
+    return found

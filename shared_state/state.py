@@ -175,13 +175,14 @@ class State:
             self._recall = Recall(self.memory)
         return self._recall
 
-    def budget(self, job_id: str, tenant: str = "") -> TokenBudget:
+    def budget(self, job_id: str, tenant: str = "", *, budgeted: bool = True) -> TokenBudget:
         """The token budget every model call of ``job_id`` reserves from (and, given the
-        job's ``tenant``, that tenant's daily money budget, if it has one)."""
+        job's ``tenant``, that tenant's daily money budget, if it has one). ``budgeted``
+        False: the job is known to have none (its claim said so, ``Opened.budgeted``)."""
         from .budget import TokenBudget
 
         self.jobs.check(job_id)
-        return TokenBudget(self.runner, job_id, tenant=tenant, spend=self.spend)
+        return TokenBudget(self.runner, job_id, tenant=tenant, spend=self.spend, budgeted=budgeted)
 
     def usage(self, job_id: str) -> JobUsage:
         """The job's model usage, recorded after every call."""

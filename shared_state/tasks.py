@@ -62,6 +62,8 @@ class Opened:
     journal: dict[str, str]  # the task's journal entries: key -> entry (JSON)
     input: str | None  # its input artifact's text; None: none, gone, or one a forget redacted
     read: tuple[Any, ...] | None  # the replies to the reads that rode along; None: none did
+    # Whether the job has a token or money budget its calls reserve from (True: not known).
+    budgeted: bool = True
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class TaskStore:
         ship the whole job hash.
 
         With ``open_run``, the claim opens the run too (``Claimed.opened``): the
-        task's checkpoint, journal and input come back with it, and so do the
+        task's checkpoint, journal and input (and whether the job has a budget) come
+        back with it, and so do the
         replies to the reads ``open_run`` queues for the job, when this store
         knows the job already — a run starts in one round trip. For a job it
         knows, ``open_run`` returning None says its runs need no opening.
@@ -151,6 +154,7 @@ class TaskStore:
                 journal=res.data["journal"],
                 input=res.data.get("input"),
                 read=tuple(read) if reads is not None else None,
+                budgeted=bool(res.data["budgeted"]),
             )
         claim = Claim(
             task_id=task_id,

@@ -58,7 +58,8 @@ class JobUsage:
         worker, step, provider, model, kind), written in the same atomic step;
         so is the settlement of ``settles``, the id of the call's reservation in
         the job's budget (``TokenBudget.reserve``), charged its input and output
-        tokens and its cost.
+        tokens and its cost; ``*``: the call reserved nothing (a job without a
+        budget), and they are counted in the budget all the same.
         """
         call_id = secrets.token_hex(8)
         args = [call_id, input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6)]

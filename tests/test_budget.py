@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shared_state import BudgetExceeded, JobSpec, State
+from shared_state import BudgetExceeded, JobSpec, State, keys
 
 ctx = mp.get_context("fork")
 LIMIT = 50_000
@@ -66,3 +66,27 @@ def test_a_call_over_the_budget_is_refused_before_it_is_sent(state: State) -> No
 def test_a_job_without_a_budget_never_refuses(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     assert state.budget(job.job_id).reserve(10**9).state.limit == 0
+
+
+def test_a_job_without_a_budget_reserves_nothing_and_counts_a_calls_use_once(
+    state: State,
+) -> None:
+    """A job known to have no budget holds nothing for a call; the call's usage record
+    counts its tokens and money in the budget (``*``), once however often it is re-sent."""
+    job = state.jobs.submit(JobSpec(goal="g"))
+    assert state.budget(job.job_id, budgeted=False).reserve(10**9, 5.0) is None
+    where = keys.script_keys("recordUsage", job.job_id)
+    for _ in range(2):  # the same call id re-sent: a retry after a lost reply
+        state.runner.run("recordUsage", job.job_id, where, ["c1", 100, 0, 20, 500_000, 0, "*"])
+    budget = state.budget(job.job_id)
+    assert budget.state().used == 120 and budget.spent_usd() == (0.5, 0.0)
+    assert state.usage(job.job_id).get().calls == 1
+
+
+def test_a_job_without_a_budget_still_reserves_from_its_tenants_day(state: State) -> None:
+    state.spend.set_limit("acme", 1.0)
+    job = state.jobs.submit(JobSpec(goal="g", tenant="acme"))
+    held = state.budget(job.job_id, "acme", budgeted=False).reserve(100, 0.6)
+    assert held is not None and held.tenant_key == keys.tenant_spend("acme")
+    with pytest.raises(BudgetExceeded):  # the tenant's, not the job's
+        state.budget(job.job_id, "acme", budgeted=False).reserve(100, 0.6)

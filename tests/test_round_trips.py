@@ -112,6 +112,64 @@ def test_a_model_call_records_in_two_round_trips(
     assert len(stored) == 3
 
 
+def test_a_call_of_a_job_without_a_budget_reserves_nothing_and_its_record_counts_its_use(
+    state: State, remote: State, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim that opens a run says whether its job has a budget; without one a call
+    sends no reservation (its checkpoint goes alone) and its usage record counts what it
+    used in the budget, as a settlement would: the job's spend is what its usage says."""
+    job = state.jobs.submit(JobSpec(goal="g"))
+    claimed = remote.tasks.claim(job.job_id, job.root_task, "w1", 60_000, open_run=lambda j: None)
+    assert claimed is not None and claimed.opened is not None
+    assert claimed.opened.budgeted is False
+    records = remote.records(job.job_id)
+
+    def save(working: WorkingState, ride: bool) -> None:
+        records.write(claimed.claim, checkpoint=working.model_dump_json(), ride=ride)
+
+    sent: list[str] = []
+    run_many = remote.runner.run_many
+    monkeypatch.setattr(
+        remote.runner,
+        "run_many",
+        lambda name, *a, **k: sent.append(name) or run_many(name, *a, **k),
+    )
+    provider = ScriptedProvider(_steps(4), "coder")
+    context = RunContext(
+        WorkingState(goal="g"), artifacts=remote.artifacts(job.job_id), save=save,
+        flush=remote.runner.flush,
+    )  # fmt: skip
+    loop = AgentLoop(
+        provider, ContextEngine(remote.artifacts(job.job_id, ride=True)), ToolBox([ADD]), context,
+        ledger=CallLedger(job=Meter(remote, claimed.task, "w1", provider)),
+        budget=remote.budget(job.job_id, budgeted=claimed.opened.budgeted),
+    )  # fmt: skip
+    for name in SCRIPTS:
+        load(state.client, name)
+    before = proxy.requests
+    outcome = loop.run("You add.", [])
+    spent = proxy.requests - before
+    assert outcome.ok and outcome.steps == 4
+    assert "reserveTokens" not in sent
+    # The first call's record alone; each later one's checkpoint (with the tool result
+    # stored before it) and record; the run's last checkpoint.
+    assert spent <= 1 + 2 * 3 + 1, f"{spent} round trips for 4 calls"
+    usage = state.usage(job.job_id).get()
+    assert usage.calls == 4
+    assert state.budget(job.job_id).state().used == usage.input_tokens + usage.output_tokens > 0
+    assert state.budget(job.job_id).spent_usd()[0] == pytest.approx(usage.cost_usd, abs=1e-6)
+    saved = state.records(job.job_id).checkpoint(job.root_task)
+    assert saved is not None and WorkingState.model_validate_json(saved) == context.state
+
+
+@pytest.mark.parametrize("spec", [{"token_budget": 1_000}, {"budget_usd": 0.5}])
+def test_a_claim_says_a_job_with_a_budget_has_one(state: State, spec: dict[str, float]) -> None:
+    job = state.jobs.submit(JobSpec(goal="g", **spec))
+    claimed = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000, open_run=lambda j: None)
+    assert claimed is not None and claimed.opened is not None
+    assert claimed.opened.budgeted is True
+
+
 def test_a_refused_rider_raises_at_the_write_that_carried_it(state: State) -> None:
     job = state.jobs.submit(JobSpec(goal="g"))
     claimed = state.tasks.claim(job.job_id, job.root_task, "w1", 60_000)

@@ -7,7 +7,8 @@ stops with a stated reason otherwise — never a crash. Each step is a method:
   state (the kill switch may stop it); the context adopts the state the
   engine rebuilt;
 - ``reserve``: the call's tokens are reserved from the job's budget before
-  it is sent (``BudgetExceeded`` stops it);
+  it is sent (``BudgetExceeded`` stops it); a job without a budget (and no
+  tenant's daily one) reserves nothing;
 - ``call``: the provider answers;
 - ``settle``: the reservation is settled with the provider's usage (also
   when the call failed); with a job's ledger, by the call's usage record;
@@ -90,15 +91,16 @@ class AgentLoop:
         self.tool_errors = 0
         self.last_error = ""
         self.delivered = 0  # bytes of the tool results the next call carries to the model
-        # The answered call's reservation, tokens used and cost, until its usage record
-        # settles it.
-        self.settling: tuple[Reservation, int, float] | None = None
+        # The answered call's reservation (None: it made none), tokens used and cost, until
+        # its usage record settles it (or counts them).
+        self.settling: tuple[Reservation | None, int, float] | None = None
 
     def run(self, system: str, history: Sequence[Message], *, reference: str = "") -> AgentOutcome:
         self.history, self.tool_errors, self.last_error = list(history), 0, ""
         self.delivered = 0
         # What a model call records costs two round trips: the reservation (carrying the
-        # last step's checkpoint) before it, the usage record that settles it after it.
+        # last step's checkpoint; without one, the checkpoint alone) before it, the usage
+        # record that settles it after it.
         for step in range(1, self.limits.max_steps + 1):
             with CLOCK.phase("build"):
                 prompt = self.build(system, reference)
@@ -110,10 +112,10 @@ class AgentLoop:
                 with CLOCK.phase("call"):
                     response, latency_ms = self.call(prompt)
             finally:
-                with CLOCK.phase("record"):
+                with CLOCK.phase("record"):  # one phase for both: a switch reads the clock
                     self.settle(held, response)
-            with CLOCK.phase("record"):
-                self.record(step, prompt, response, latency_ms)
+                    if response is not None:
+                        self.record(step, prompt, response, latency_ms)
             with CLOCK.phase("tools"):
                 outcome = self.act(step, response)
             with CLOCK.phase("record"):
@@ -145,7 +147,8 @@ class AgentLoop:
 
     def reserve(self, prompt: Prompt) -> Reservation | None:
         """Hold the call's tokens, and their most cost (nothing cached, every output token)
-        at the model's prices, in the job's budgets (``BudgetExceeded``: it is never sent)."""
+        at the model's prices, in the job's budgets (``BudgetExceeded``: it is never sent);
+        None when there is none to hold them in."""
         if self.budget is None:
             return None
         out = self.limits.max_output_tokens
@@ -164,15 +167,20 @@ class AgentLoop:
     def settle(self, held: Reservation | None, response: ModelResponse | None) -> None:
         """Give back what the call did not use (all of it, when it failed), charging its
         cost at the prices of the model that answered."""
-        if self.budget is None or held is None:
+        if self.budget is None or (held is None and response is None):
             return
         if response is None:
+            assert held is not None
             self.budget.settle(held, 0)
             return
         u = response.usage
         price = price_of(response.served_by or self.provider.model)
         cost = price.cost(u.input_tokens, u.cached_tokens, u.output_tokens)
         used = u.input_tokens + u.output_tokens
+        if held is None:
+            # Nothing held (no budget): the usage record counts the use in the budget.
+            self.settling = (None, used, cost)
+            return
         if self.ledger.job is not None:
             # The job's reservation is settled by the call's usage record, which ``record``
             # sends next (one script); a tenant's day by a settlement riding with it.
@@ -195,13 +203,14 @@ class AgentLoop:
                 latency_ms=latency_ms,
                 model=response.served_by,  # a fallback's model, priced as it
                 route=response.route,
-                settles=settling[0].id if settling else "",
+                settles=(settling[0].id if settling[0] else "*") if settling else "",
             )
         except BaseException:
             # Not recorded (or no answer came): the settlement goes with the next write
-            # instead — once either way, by the reservation's id.
-            if settling is not None and self.budget is not None:
-                self.budget.settle_with_next_write(*settling)
+            # instead — once either way, by the reservation's id. (A call that reserved
+            # nothing has nothing to settle: its use was counted if the record was.)
+            if settling is not None and settling[0] is not None and self.budget is not None:
+                self.budget.settle_with_next_write(settling[0], *settling[1:])
             raise
         self.delivered = 0
 

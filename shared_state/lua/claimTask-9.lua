@@ -13,8 +13,9 @@
   its lease counted again from now.
 
   A claim may open its run too (ARGV[7]): the records a run starts from come
-  back with it — its checkpoint, its own journal entries and its input's
-  text — so that starting a run is one round trip, not a claim and then a read.
+  back with it — its checkpoint, its own journal entries, its input's text and
+  whether the job has a budget — so that starting a run is one round trip, not
+  a claim and then a read.
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -26,7 +27,8 @@
   KEYS[8] checkpoints      rf:{job}:checkpoints (hash task_id -> its last checkpoint)
   KEYS[9] journal          rf:{job}:journal  (hash "<task_id>:<target>:<stage>" -> entry)
   The input artifact's hash, rf:{job}:artifact:<input>, is named from the task's
-  `input` (the job's tag: the same slot as KEYS).
+  `input`, and the budget hash, rf:{job}:budget, from the job's tag (the same
+  slot as KEYS).
 
   ARGV[1] worker id
   ARGV[2] lease length in ms
@@ -40,8 +42,10 @@
      1  claimed; data = task (the task's hash after the claim), resumes (the
         job's resume count), and job (the job's hash) when asked for; when
         the run is opened, journal (the task's entries, as HGETALL gives
-        them), checkpoint (absent: none) and input (its input artifact's
-        content; absent: no input, or one a forget redacted to a copy)
+        them), checkpoint (absent: none), input (its input artifact's
+        content; absent: no input, or one a forget redacted to a copy) and
+        budgeted (1 if the job has a token or money budget: its calls reserve
+        from it; set only at submit and at a retry, which claims see anew)
     -1  no such task
     -2  not claimable; data = status, owner, lease_until, not_before (a retry
         not yet due: the reaper delivers it then)
@@ -65,8 +69,8 @@ local function row()
     'attempt', 'role', 'not_before')
 end
 
--- The run's records, into ``data``: its checkpoint, its own journal entries and its
--- input's text. The journal holds the whole job's entries: the task's are matched by
+-- The run's records, into ``data``: its checkpoint, its own journal entries, its
+-- input's text and whether the job has a budget. The journal holds the whole job's entries: the task's are matched by
 -- their keys' prefix in the server's own scan (HSCAN MATCH), not copied here one by one
 -- (a scan may give an entry twice: each is kept once).
 local function open(data, task, taskId)
@@ -86,13 +90,15 @@ local function open(data, task, taskId)
     end
   until cursor == '0'
   data.journal = entries
+  local tag = string.match(KEYS[2], '^([^{]*{[^}]*}:)job$')
   for i = 1, #task, 2 do
     if task[i] == 'input' and task[i + 1] ~= '' then
-      local tag = string.match(KEYS[2], '^([^{]*{[^}]*}:)job$')
       local a = redis.call('HMGET', tag .. 'artifact:' .. task[i + 1], 'content', 'redacted_to')
       if a[1] and not a[2] then data.input = a[1] end
     end
   end
+  local limits = redis.call('HMGET', tag .. 'budget', 'limit', 'limit_usd')
+  data.budgeted = tonumber(limits[1] or '0') > 0 or tonumber(limits[2] or '0') > 0
 end
 
 local function claimed(taskId)

@@ -10,8 +10,9 @@
   one whose job is gone altogether is not recorded (nothing would expire it).
 
   It settles the call's reservation in the job's budget too (ARGV[7]; as
-  settleTokens does, `settleHeld`): what a call records after its answer is
-  one script, counted once however often it is sent. A tenant's daily budget
+  settleTokens does, `settleHeld`), or counts its use there when it made none:
+  what a call records after its answer is one script, counted once however
+  often it is sent. A tenant's daily budget
   (another hash tag) is settled beside it by settleTokens.
 
   KEYS[1] usage hash       rf:{job}:usage
@@ -26,8 +27,10 @@
   ARGV[4] output tokens
   ARGV[5] cost in micro-USD (integer)
   ARGV[6] 1 if the call was a compaction (a summarizing call), else 0
-  ARGV[7] the job's reservation this call settles ('' none): its tokens used are
-          the input and output tokens, its money the cost (ARGV[5])
+  ARGV[7] the job's reservation this call settles: its tokens used are the input
+          and output tokens, its money the cost (ARGV[5]); '*' when none was made (a
+          job without a budget reserves nothing): they are counted in the budget hash
+          all the same; '' none (settled otherwise)
   ARGV[8..] field/value pairs of the model.called event (task_id, worker, step,
           provider, model, kind), after which the token counts and the cost are added
 
@@ -51,7 +54,10 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return reply(1, {counted = false})
 end
 local input = tonumber(ARGV[2])
-if ARGV[7] ~= '' then
+if ARGV[7] == '*' then
+  redis.call('HINCRBY', KEYS[5], 'used', input + tonumber(ARGV[4]))
+  redis.call('HINCRBY', KEYS[5], 'used_usd', ARGV[5])
+elseif ARGV[7] ~= '' then
   settleHeld(KEYS[5], ARGV[7], input + tonumber(ARGV[4]), tonumber(ARGV[5]))
 end
 redis.call('HINCRBY', key, 'calls', 1)

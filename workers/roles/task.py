@@ -327,7 +327,12 @@ class AgentTask:
             toolbox,
             self.context,
             ledger=self.ledger,
-            budget=self.run.state.budget(self.task.job_id, self.run.job.tenant),
+            # A job its claim found without a budget: its calls reserve nothing.
+            budget=self.run.state.budget(
+                self.task.job_id,
+                self.run.job.tenant,
+                budgeted=self.run.opened is None or self.run.opened.budgeted,
+            ),
             limits=AgentLimits(),
             ends_riding=True,  # every end of a run is a write (its completion, spawn, failure)
         )
