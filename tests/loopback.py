@@ -34,11 +34,13 @@ class Loopback:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
+                body = self.rfile.read(length)
                 loopback.requests.append(
                     {
                         "path": self.path,
                         "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "json": json.loads(self.rfile.read(length) or b"null"),
+                        "json": json.loads(body or b"null"),
+                        "body": body,
                     }
                 )
                 send_json(self, *loopback.answers.popleft())

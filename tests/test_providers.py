@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from workers.context import Message, ToolCall, ToolSpec
@@ -59,6 +61,40 @@ def test_openai_retries_429_and_500_then_returns_tool_calls_and_usage() -> None:
     assert response.tool_calls == (ToolCall(id="c1", name="read_lines", arguments={"id": "a-1"}),)
     assert (response.usage.input_tokens, response.usage.cached_tokens) == (120, 100)
     assert response.usage.output_tokens == 9 and response.provider == "openai"
+
+
+@pytest.mark.parametrize("provider", [OpenAIProvider, AnthropicProvider])
+def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
+    provider: type[OpenAIProvider] | type[AnthropicProvider],
+) -> None:
+    """Each tool's JSON is made once and kept (``WireTools``): the request is, byte for
+    byte, the compact UTF-8 JSON of the whole of it, tools last; and a spec made anew (the
+    same name, another description) is sent as it now is."""
+    first = [ToolSpec("read_lines", "lire les lignes d'un artefact", {"type": "object"}), *TOOLS]
+    again = [ToolSpec("read_lines", "read the lines", {"type": "object"}), *TOOLS]
+    answer = (
+        openai_answer({"content": "ok"})
+        if provider is OpenAIProvider
+        else {"content": [{"type": "text", "text": "ok"}], "usage": {}}
+    )
+    with Loopback() as server:
+        for _ in range(3):
+            server.answer(200, answer)
+        model = provider("m-1", base_url=server.url + "/v1", api_key="k", retry=FAST)
+        for tools in (first, first, again):
+            model.complete(CHAT, tools, max_tokens=50)
+    bodies = [r["body"] for r in server.requests]
+    for body in bodies:
+        whole = json.loads(body)
+        assert list(whole)[-1] == "tools"
+        assert json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode() == body
+    assert bodies[0] == bodies[1]
+    described = [
+        t.get("description") or t["function"]["description"]
+        for r in server.requests
+        for t in r["json"]["tools"][:1]
+    ]
+    assert described == ["lire les lignes d'un artefact"] * 2 + ["read the lines"]
 
 
 def test_openai_marks_a_malformed_tool_call_instead_of_crashing() -> None:

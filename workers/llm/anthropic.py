@@ -13,7 +13,7 @@ from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpProvider, ModelResponse, TokenUsage, estimate_tokens
+from .base import HttpProvider, ModelResponse, TokenUsage, WireTools, estimate_tokens
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -38,15 +38,11 @@ class AnthropicProvider(HttpProvider):
             payload["system"] = [
                 {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}
             ]
-        if tools:
-            payload["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in tools
-            ]
         headers = {"x-api-key": self.api_key, "anthropic-version": API_VERSION}
         body = self.http.post(
-            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used
-        )
+            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used,
+            encoded={"tools": _TOOLS(tools)} if tools else None,
+        )  # fmt: skip
         texts, calls = [], []
         for block in body.get("content") or ():
             if block.get("type") == "text":
@@ -70,6 +66,11 @@ class AnthropicProvider(HttpProvider):
             route=self.route_id,
             served_by=self.model,
         )
+
+
+_TOOLS = WireTools(
+    lambda t: {"name": t.name, "description": t.description, "input_schema": t.parameters}
+)
 
 
 def _used(body: dict[str, Any]) -> int:

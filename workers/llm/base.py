@@ -34,6 +34,38 @@ from ..errors import AuthError, BadRequest, ModelNotFound, ProviderUnavailable
 from .transport import Reply, Transport, TransportError, shared_transport
 
 
+def _json(value: Any) -> str:
+    """UTF-8-ready and compact; NaN is not JSON: refused here, not by the provider."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class WireTools:
+    """A provider's tools as its API takes them, as JSON, each tool's made once.
+
+    The tools are most of a call's request, the same in every call of a phase; a
+    ``ToolSpec`` is made once per tool and lives as long as the process
+    (``tools.tool._spec``), so its JSON is kept by the spec's identity (the spec held
+    beside it: its id cannot be another's while kept), a bounded number of them.
+    """
+
+    KEPT = 4_096
+
+    def __init__(self, wire: Callable[[ToolSpec], dict[str, Any]]) -> None:
+        self.wire = wire
+        self._made: dict[int, tuple[ToolSpec, str]] = {}
+
+    def __call__(self, tools: Sequence[ToolSpec]) -> str:
+        parts = []
+        for spec in tools:
+            made = self._made.get(id(spec))
+            if made is None or made[0] is not spec:
+                if len(self._made) >= self.KEPT:
+                    self._made.clear()
+                made = self._made[id(spec)] = (spec, _json(self.wire(spec)))
+            parts.append(made[1])
+        return f"[{','.join(parts)}]"
+
+
 @dataclass(frozen=True)
 class TokenUsage:
     input_tokens: int  # all input, cached included
@@ -114,11 +146,14 @@ class HttpJson:
         *,
         tokens: int = 0,
         used: Callable[[dict[str, Any]], int] = _no_usage,
+        encoded: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """The reply's JSON; else a ProviderError whose message holds no credential.
 
         ``tokens``: the call's estimate, admitted against the route's limits;
-        ``used``: the tokens a reply says it used, charged when it settles.
+        ``used``: the tokens a reply says it used, charged when it settles;
+        ``encoded``: members of the request already JSON (``WireTools``), after
+        ``payload``'s own.
 
         A provider or proxy may quote the key it refused in its error body: every
         message is redacted here, where the text enters, with the key this call
@@ -126,10 +161,11 @@ class HttpJson:
         survives) — it goes on to a task's reason, events and every view of them.
         """
         transport = self.transport or shared_transport()
-        # UTF-8 and compact; NaN is not JSON: refused here, not by the provider.
-        body = json.dumps(
-            payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-        ).encode()
+        text = _json(payload)
+        if encoded:
+            members = "".join(f",{_json(k)}:{v}" for k, v in encoded.items())
+            text = f"{text[:-1]}{members}}}" if payload else f"{{{members[1:]}}}"
+        body = text.encode()
         sent = _credentials(headers)
         if self.route is not None:
             return self._admitted(self.route, transport, url, body, headers, tokens, used)

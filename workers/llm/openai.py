@@ -8,7 +8,7 @@ from typing import Any
 
 from ..context.engine import ToolSpec
 from ..context.messages import Message, ToolCall
-from .base import HttpProvider, ModelResponse, TokenUsage, estimate_tokens
+from .base import HttpProvider, ModelResponse, TokenUsage, WireTools, estimate_tokens
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -27,22 +27,11 @@ class OpenAIProvider(HttpProvider):
             "messages": [_wire(m) for m in messages],
             "max_tokens": max_tokens,
         }
-        if tools:
-            payload["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
-                for t in tools
-            ]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = self.http.post(
-            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used
-        )
+            self.url, payload, headers, tokens=estimate_tokens(messages, max_tokens), used=_used,
+            encoded={"tools": _TOOLS(tools)} if tools else None,
+        )  # fmt: skip
         choice = body["choices"][0]
         message = choice.get("message") or {}
         usage = body.get("usage") or {}
@@ -61,6 +50,14 @@ class OpenAIProvider(HttpProvider):
             route=self.route_id,
             served_by=self.model,
         )
+
+
+_TOOLS = WireTools(
+    lambda t: {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
+)
 
 
 def _used(body: dict[str, Any]) -> int:
