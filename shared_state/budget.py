@@ -15,11 +15,12 @@ script, in the same round trip as the job's, and a call that would overrun
 either is not sent.
 
 A job submitted without a budget (the default) has nothing to refuse a call
-for: its calls reserve nothing (no round trip) unless its tenant has a daily
-budget, and each call's use is counted in the budget hash by its usage record
-(``recordUsage``). A job's budgets are set at submit and at a retry (of a
-finished job), never while it runs; the claim that opens a run says whether
-the job has one (``Opened.budgeted``).
+for: its agents' calls reserve nothing (no round trip) unless its tenant has
+a daily budget, and each call's use is counted in the budget hash by its
+usage record (``recordUsage``). A job's budgets are set at submit and at a
+retry (of a finished job, whose runs its end ended first: ``JobStore.retry``),
+never while it runs; the claim that opens a run says whether the job has one
+(``Opened.budgeted``).
 """
 
 from __future__ import annotations

@@ -319,6 +319,9 @@ def job_keys(job_id: str) -> list[str]:
     ]
 
 
+_OF_ROUTE = ("route", "route_inflight", "route_waiting", "route_asked", "route_vclock",
+             "route_settled")  # fmt: skip
+
 # Each script's fixed KEYS, in order, named by what builds them: a function of this module
 # (``task`` the caller's task, ``parent`` and ``root`` another task of its job) or a
 # constant (upper case). Callers take their keys from ``script_keys``, never by position
@@ -390,7 +393,7 @@ def script_keys(
             found.append(worker(worker_id))
         elif name == "memory_prefix":
             found.append(memory_prefix(tenant))
-        elif name.startswith("route"):
+        elif name in _OF_ROUTE:
             found.append(globals()[name](route_id))
         else:  # a key of the job (a function of its id), or a constant (upper case)
             key = globals()[name]

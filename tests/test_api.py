@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from coordinator import Client, Progress, WaitTimeout
-from shared_state import JobNotFound, Scenario, State
+from shared_state import JobNotFound, Scenario, State, TaskStatus
 
 from .helpers import job_with_children
 
@@ -44,3 +46,30 @@ def test_progress_names_the_stage_a_waiting_planner_resumes_at_as_next(state: St
     fresh = client.submit("not started", scenario=Scenario.NOOP)
     assert ", stage start, " in client.progress(fresh).line()
     assert not client.progress(fresh).stage_next
+
+
+def test_a_retry_that_sets_a_budget_ends_the_runs_the_jobs_end_left_open_first(
+    state: State,
+) -> None:
+    """A run reads whether its job has a budget at its claim: one a failed job left open
+    (the worker that failed it died before the job's end ended the rest) would go on
+    calling without reserving. A retry ends it (the job's end, ``Jobs.finalize``, first);
+    its task runs again, from a new claim that says the job has a budget now."""
+    job, _, (dying, running) = job_with_children(state, 2, max_attempts=1)
+
+    def opening(_job: object) -> Callable[[object], None]:
+        return lambda _pipe: None  # opens the run, with no reads outside the job
+
+    open_run = state.tasks.claim(job.job_id, running, "w1", 60_000, open_run=opening)
+    assert open_run is not None and open_run.opened is not None
+    assert not open_run.opened.budgeted
+    doomed = state.tasks.claim(job.job_id, dying, "w2", 60_000)
+    assert doomed is not None
+    assert state.tasks.fail(doomed.claim, "boom", retryable=False) == "dead"
+    assert state.jobs.get(job.job_id).status == "failed"
+    assert state.tasks.get(job.job_id, running).status == TaskStatus.CLAIMED  # left open
+    Client(state).retry(job.job_id, token_budget=1_000)
+    task = state.tasks.get(job.job_id, running)
+    assert task.status == TaskStatus.QUEUED and task.owner == ""
+    again = state.tasks.claim(job.job_id, running, "w3", 60_000, open_run=opening)
+    assert again is not None and again.opened is not None and again.opened.budgeted

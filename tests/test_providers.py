@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -65,13 +66,21 @@ def test_openai_retries_429_and_500_then_returns_tool_calls_and_usage() -> None:
 
 @pytest.mark.parametrize("provider", [OpenAIProvider, AnthropicProvider])
 def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
-    provider: type[OpenAIProvider] | type[AnthropicProvider],
+    provider: type[OpenAIProvider] | type[AnthropicProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each tool's JSON is made once and kept (``WireTools``): the request is, byte for
-    byte, the compact UTF-8 JSON of the whole of it, tools last; and a spec made anew (the
-    same name, another description) is sent as it now is."""
-    first = [ToolSpec("read_lines", "lire les lignes d'un artefact", {"type": "object"}), *TOOLS]
-    again = [ToolSpec("read_lines", "read the lines", {"type": "object"}), *TOOLS]
+    byte, the compact UTF-8 JSON of the whole of it, tools last; a tool sent again is not
+    encoded again, and a spec made anew (the same name, another description) is sent as
+    it now is."""
+    module = importlib.import_module(provider.__module__)
+    made: list[str] = []
+    wire = module._TOOLS.wire
+    monkeypatch.setattr(module._TOOLS, "wire", lambda t: made.append(t.name) or wire(t))
+    first = [
+        ToolSpec("read_lines", "lire les lignes de l\u00e9l\u00e9ment — é", {"type": "object"}),
+        ToolSpec("grep", "search an artifact", {"type": "object"}),
+    ]
+    again = [ToolSpec("read_lines", "read the lines", {"type": "object"}), first[1]]
     answer = (
         openai_answer({"content": "ok"})
         if provider is OpenAIProvider
@@ -83,6 +92,7 @@ def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
         model = provider("m-1", base_url=server.url + "/v1", api_key="k", retry=FAST)
         for tools in (first, first, again):
             model.complete(CHAT, tools, max_tokens=50)
+    assert made == ["read_lines", "grep", "read_lines"]  # each spec encoded once
     bodies = [r["body"] for r in server.requests]
     for body in bodies:
         whole = json.loads(body)
@@ -94,7 +104,7 @@ def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
         for r in server.requests
         for t in r["json"]["tools"][:1]
     ]
-    assert described == ["lire les lignes d'un artefact"] * 2 + ["read the lines"]
+    assert described == ["lire les lignes de l\u00e9l\u00e9ment — é"] * 2 + ["read the lines"]
 
 
 def test_openai_marks_a_malformed_tool_call_instead_of_crashing() -> None:

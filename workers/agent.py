@@ -79,6 +79,9 @@ class AgentLoop:
         limits: AgentLimits | None = None,
         ends_riding: bool = False,
     ) -> None:
+        if budget is not None and not budget.budgeted and ledger.job is None:
+            # Its calls reserve nothing: only a job's usage record counts what they used.
+            raise ValueError("a budget of a job without one needs the job's ledger")
         self.provider = provider
         self.ends_riding = ends_riding
         self.engine = engine
@@ -206,9 +209,9 @@ class AgentLoop:
                 settles=(settling[0].id if settling[0] else "*") if settling else "",
             )
         except BaseException:
-            # Not recorded (or no answer came): the settlement goes with the next write
-            # instead — once either way, by the reservation's id. (A call that reserved
-            # nothing has nothing to settle: its use was counted if the record was.)
+            # Not recorded: the settlement goes with the next write instead — once either
+            # way, by the reservation's id. (A call that reserved nothing has nothing to
+            # settle: its use was counted if the record was.)
             if settling is not None and settling[0] is not None and self.budget is not None:
                 self.budget.settle_with_next_write(settling[0], *settling[1:])
             raise

@@ -54,7 +54,10 @@ class PhaseClock:
         self._phases: dict[str, _Phase] = {}
 
     def base(self, phase: str) -> None:
-        """The phase this thread is in when in no other (a slot: ``rq``)."""
+        """The phase this thread is in when in no other (a slot: ``rq``): set as the thread
+        starts, in no phase (the exit of one entered uncounted would be taken for another's)."""
+        if getattr(self._local, "depth", 0):
+            raise RuntimeError("PhaseClock.base inside a phase")
         self._local.stack = []
         self._local.current = phase
         self._local.mark = time.thread_time()

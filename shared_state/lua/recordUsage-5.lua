@@ -80,5 +80,6 @@ if jobTtl > 0 then
   -- Retired already: these keys may have been created just now; they go with the job.
   redis.call('PEXPIRE', KEYS[1], jobTtl)
   redis.call('PEXPIRE', KEYS[2], jobTtl)
+  if ARGV[7] == '*' then redis.call('PEXPIRE', KEYS[5], jobTtl) end
 end
 return reply(1, {counted = true})
