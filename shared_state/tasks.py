@@ -119,11 +119,11 @@ class TaskStore:
         ship the whole job hash.
 
         With ``open_run``, the claim opens the run too (``Claimed.opened``): the
-        task's checkpoint, journal and input (and whether the job has a budget) come
-        back with it, and so do the
-        replies to the reads ``open_run`` queues for the job, when this store
-        knows the job already — a run starts in one round trip. For a job it
-        knows, ``open_run`` returning None says its runs need no opening.
+        task's checkpoint, journal and input (and whether the job has a budget)
+        come back with it, and so do the replies to the reads ``open_run`` queues
+        for the job, when this store knows the job already — a run starts in one
+        round trip. For a job it knows, ``open_run`` returning None says its runs
+        need no opening.
 
         ``carrying``: commands another client queued that go in the claim's round trip,
         after it, their replies unread (``Runner.run_reading``): RQ's writes as the

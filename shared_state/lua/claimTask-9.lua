@@ -70,9 +70,9 @@ local function row()
 end
 
 -- The run's records, into ``data``: its checkpoint, its own journal entries, its
--- input's text and whether the job has a budget. The journal holds the whole job's entries: the task's are matched by
--- their keys' prefix in the server's own scan (HSCAN MATCH), not copied here one by one
--- (a scan may give an entry twice: each is kept once).
+-- input's text and whether the job has a budget. The journal holds the whole job's
+-- entries: the task's are matched by their keys' prefix in the server's own scan (HSCAN
+-- MATCH), not copied here one by one (a scan may give an entry twice: each is kept once).
 local function open(data, task, taskId)
   data.checkpoint = redis.call('HGET', KEYS[8], taskId) or nil
   local pattern = string.gsub(taskId, '([%*%?%[%]\\])', '\\%1') .. ':*'

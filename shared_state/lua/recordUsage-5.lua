@@ -12,8 +12,8 @@
   It settles the call's reservation in the job's budget too (ARGV[7]; as
   settleTokens does, `settleHeld`), or counts its use there when it made none:
   what a call records after its answer is one script, counted once however
-  often it is sent. A tenant's daily budget
-  (another hash tag) is settled beside it by settleTokens.
+  often it is sent. A tenant's daily budget (another hash tag) is settled
+  beside it by settleTokens.
 
   KEYS[1] usage hash       rf:{job}:usage
   KEYS[2] recorded calls   rf:{job}:usage:calls (set of call ids)
