@@ -53,7 +53,7 @@ def test_a_retry_that_sets_a_budget_ends_the_runs_the_jobs_end_left_open_first(
 ) -> None:
     """A run reads whether its job has a budget at its claim: one a failed job left open
     (the worker that failed it died before the job's end ended the rest) would go on
-    calling without reserving. A retry ends it (the job's end, ``Jobs.finalize``, first);
+    calling without reserving. A retry ends it (the job's end, ``JobStore.finalize``, first);
     its task runs again, from a new claim that says the job has a budget now."""
     job, _, (dying, running) = job_with_children(state, 2, max_attempts=1)
 
