@@ -386,7 +386,9 @@ def script_keys(
     found = []
     for name in SCRIPT_KEYS[script]:
         if name in ("task", "parent", "root"):
-            found.append(task(job_id, {"task": task_id, "parent": parent_id}.get(name, root_id)))
+            found.append(
+                task(job_id, {"task": task_id, "parent": parent_id, "root": root_id}[name])
+            )
         elif name == "artifact":
             found.append(artifact(job_id, artifact_id))
         elif name == "worker":

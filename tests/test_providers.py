@@ -77,7 +77,7 @@ def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
     wire = module._TOOLS.wire
     monkeypatch.setattr(module._TOOLS, "wire", lambda t: made.append(t.name) or wire(t))
     first = [
-        ToolSpec("read_lines", "lire les lignes de l\u00e9l\u00e9ment — é", {"type": "object"}),
+        ToolSpec("read_lines", "lire les lignes de l'élément — é", {"type": "object"}),
         ToolSpec("grep", "search an artifact", {"type": "object"}),
     ]
     again = [ToolSpec("read_lines", "read the lines", {"type": "object"}), first[1]]
@@ -104,7 +104,7 @@ def test_a_calls_tools_are_sent_as_encoding_the_whole_request_would_send_them(
         for r in server.requests
         for t in r["json"]["tools"][:1]
     ]
-    assert described == ["lire les lignes de l\u00e9l\u00e9ment — é"] * 2 + ["read the lines"]
+    assert described == ["lire les lignes de l'élément — é"] * 2 + ["read the lines"]
 
 
 def test_openai_marks_a_malformed_tool_call_instead_of_crashing() -> None:

@@ -243,13 +243,13 @@ def test_a_task_costs_at_most_25_round_trips_end_to_end(
 
     for name in SCRIPTS:  # loaded, as in a fleet that has run a task
         load(state.client, name)
-    reserved: list[str] = []  # a job without a budget: its agents' calls reserve nothing
+    sent: list[str] = []  # the scripts the run sent: a job without a budget reserves nothing
     run_many = remote.runner.run_many
     monkeypatch.setattr(
-        remote.runner, "run_many",
-        lambda name, *a, **k: reserved.append(name) or run_many(name, *a, **k)
-        if name == "reserveTokens" else run_many(name, *a, **k),
-    )  # fmt: skip
+        remote.runner,
+        "run_many",
+        lambda name, *a, **k: sent.append(name) or run_many(name, *a, **k),
+    )
     idle = {role: burst(role) for role in Role}  # a slot's own start and stop
     job = state.jobs.submit(JobSpec(goal="part modules", scenario=Scenario.AGENTS))
     spent = 0
@@ -265,7 +265,7 @@ def test_a_task_costs_at_most_25_round_trips_end_to_end(
     per_task = spent / tasks
     assert per_task <= ROUND_TRIPS_PER_TASK, f"{per_task:.1f} round trips per task"
     usage = state.usage(job.job_id).get()
-    assert reserved == [] and usage.calls > 30
+    assert "reserveTokens" not in sent and usage.calls > 30
     assert state.budget(job.job_id).state().used == usage.input_tokens + usage.output_tokens
 
 
