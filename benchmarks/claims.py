@@ -23,6 +23,14 @@ machine's own Redis), stopped at the end. Measured:
    processes on one queue run as many no-op RQ jobs. Both clocks start after every worker has
    registered (start-up is not counted) and stop at the last finish time
    recorded in Redis. ``fleet_vs_rq`` = fleet tasks/s / RQ jobs/s (goal >= 0.7).
+4. Opening a run in a large job. A job's journal is one hash for all its
+   tasks. In a job whose journal holds S entries (S tasks each claimed and
+   journaled once, through ``ownerWrite``), M fresh tasks are claimed with
+   their runs opened: the server's time in ``claimTask`` a claim
+   (``commandstats``), when each task's entries are read by the names its hash
+   keeps, and, side by side, once one entry was written without its name (as a
+   writer older than the names wrote them: the claim scans the job's journal,
+   as every claim did before). ``scan_vs_names`` = the second / the first.
 
 For each phase the Redis command count and server CPU are recorded (and, end
 to end, the workers' CPU from /proc) to show where the time goes per task.
@@ -34,6 +42,7 @@ ratio by a fifth.
 
 Run:  .venv/bin/python benchmarks/claims.py [--json] [--quick] [--repeat R]
           [--tasks N] [--calls C] [--jobs K] [--procs P]
+          [--journal-sizes S,S] [--claims-opened M]
 
 Goals are reported, never enforced: the exit code does not depend on them.
 """
@@ -66,7 +75,17 @@ from rq.serializers import JSONSerializer
 
 from coordinator import logs
 from coordinator.fleet import Fleet, FleetSpec
-from shared_state import Child, JobSpec, RedisServer, Role, State, TaskNotFound, keys
+from shared_state import (
+    Child,
+    EffectStatus,
+    JobSpec,
+    JournalEntry,
+    RedisServer,
+    Role,
+    State,
+    TaskNotFound,
+    keys,
+)
 
 TOP = 8  # Redis commands listed per phase, most called first
 GOALS = {"lua_vs_watch": 3.0, "claims_vs_evalsha": 0.5, "fleet_vs_rq": 0.7}
@@ -574,6 +593,7 @@ def summarize_run(res: dict[str, Any]) -> dict[str, Any]:
         "rq_per_job": _per(rq, rq["jobs"]),
     }
     return {
+        "journal": res["journal"],
         "lua_vs_watch": ratio("lua_cycles_per_s", "watch_cycles_per_s"),
         "claims_vs_evalsha": ratio("claims_per_s", "evalsha_calls_per_s"),
         "fleet_vs_rq": ratio("fleet_tasks_per_s", "rq_jobs_per_s"),
@@ -596,6 +616,10 @@ def summarize(runs: list[dict[str, Any]], params: dict[str, Any], version: str) 
         "per_unit": {
             unit: {k: median_of(lambda r, u=unit, k=k: r["per_unit"][u][k]) for k in fields}
             for unit, fields in first["per_unit"].items()
+        },
+        "journal": {
+            size: {k: median_of(lambda r, s=size, k=k: r["journal"][s][k]) for k in fields}
+            for size, fields in first["journal"].items()
         },
         "params": params,
         "redis_version": version,
@@ -644,6 +668,20 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             "-" if worker is None else f"{worker:.2f}",
         )
     console.print(per)
+    opened = Table(title=f"opening a run in a large job ({p['claims_opened']} claims each)")
+    for col in ("journal entries", "by names µs/claim", "scanning µs/claim", "scan / names"):
+        opened.add_column(col, justify="right")
+    for size, v in doc["journal"].items():
+        opened.add_row(f"{int(size):,}", f"{v['names_us']:.1f}", f"{v['scan_us']:.1f}",
+                       f"{v['scan_vs_names']:.2f}")  # fmt: skip
+    console.print(opened)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [_positive(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"expected sizes like 100,1000: {exc}") from None
 
 
 def _positive(text: str) -> int:
@@ -673,14 +711,66 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=_positive, help="runs of every phase; medians are reported (default 3)"
     )
+    parser.add_argument(
+        "--journal-sizes",
+        type=_sizes,
+        help="journal entries of the large jobs runs are opened in (default 100,1000,5000)",
+    )
+    parser.add_argument(
+        "--claims-opened", type=_positive, help="claims measured per large job (default 200)"
+    )
     parser.add_argument("--rq-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    defaults = (300, 250, 10, 1) if args.quick else (2000, 1000, 100, 3)
-    for name, default in zip(("tasks", "calls", "jobs", "repeat"), defaults, strict=True):
+    defaults = (
+        (300, 250, 10, 1, [100, 1000], 50)
+        if args.quick
+        else (2000, 1000, 100, 3, [100, 1000, 5000], 200)
+    )
+    names = ("tasks", "calls", "jobs", "repeat", "journal_sizes", "claims_opened")
+    for name, default in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)
     return args
+
+
+def _claim_us(state: State, job_id: str, task_ids: list[str]) -> float:
+    """The server's µs inside ``claimTask`` per claim, claiming ``task_ids`` with their runs
+    opened (``commandstats``: the scripts' own time, not the round trips')."""
+    state.client.config_resetstat()
+    for task_id in task_ids:
+        if state.tasks.claim(job_id, task_id, "bench", LEASE_MS, open_run=_no_reads) is None:
+            raise RuntimeError(f"could not claim {task_id}")
+    stats = state.client.info("commandstats")["cmdstat_evalsha"]
+    return round(stats["usec"] / stats["calls"], 1)
+
+
+def _no_reads(job: object) -> Callable[[object], None]:
+    return lambda pipe: None  # the run is opened; nothing read outside the job
+
+
+def bench_journal(state: State, args: argparse.Namespace) -> dict[str, Any]:
+    out = {}
+    fresh = args.claims_opened
+    for size in args.journal_sizes:
+        state.client.flushdb()
+        job_id, ids = fresh_tasks(state, size + 2 * fresh)
+        records = state.records(job_id)
+        for task_id in ids[:size]:
+            got = state.tasks.claim(job_id, task_id, "bench-setup", LEASE_MS)
+            if got is None:
+                raise RuntimeError(f"could not claim {task_id}")
+            entry = JournalEntry(key=f"{task_id}:bench#0:start", task_id=task_id, tool="bench",
+                                 status=EffectStatus.DONE)  # fmt: skip
+            records.write(got.claim, journal=[entry])
+        names = _claim_us(state, job_id, ids[size : size + fresh])
+        older = JournalEntry(key=f"{ids[0]}:bench#1:start", task_id=ids[0], tool="bench",
+                             status=EffectStatus.DONE)  # fmt: skip
+        state.client.hset(keys.journal(job_id), older.key, older.model_dump_json())
+        scan = _claim_us(state, job_id, ids[size + fresh :])
+        out[str(size)] = {"names_us": names, "scan_us": scan,
+                          "scan_vs_names": round(scan / names, 2) if names else 0.0}  # fmt: skip
+    return out
 
 
 def run_once(
@@ -696,6 +786,8 @@ def run_once(
         res["fleet"] = bench_fleet(state, url, args)
     with console.status(f"run {run}/{args.repeat}: end to end, plain RQ"):
         res["rq"] = bench_rq(state, url, args, res["fleet"]["tasks"])
+    with console.status(f"run {run}/{args.repeat}: opening runs in large jobs"):
+        res["journal"] = bench_journal(state, args)
     state.client.flushdb()
     return res
 

@@ -5,9 +5,11 @@ touches a single slot (Redis Cluster-safe). Cross-job indexes (the job
 registry, the global event stream, worker heartbeats) are separate keys and
 are never touched by the same script as a job's keys.
 
-    rf:{<job>}:job               hash   the job record
+    rf:{<job>}:job               hash   the job record (journal_indexed: the journal's entries
+                                        written with their task's name of them)
     rf:{<job>}:tasks             set    ids of the job's tasks
-    rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease
+    rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease; journal:<key>
+                                        names each of its journal entries (read by name)
     rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
     rf:{<job>}:queued            zset   queued task id -> queued since (ms), or due at (a
                                         retry waiting out its backoff)
@@ -347,6 +349,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "mirrorEvents": ("EVENTS", "METRICS"),
     "ownerWrite": _TASK[:5],
     "reapTask": (*_TASK, "retries"),
+    "readJournal": ("task", "job", "journal"),
     "recordUsage": ("usage", "usage_calls", "job", "job_events", "budget"),
     "redactArtifact": ("artifact", "artifacts"),  # then the redacted copy's hash
     "redactRecord": (),  # its keys are the record to redact (and a scratch key beside it)

@@ -20,9 +20,11 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from redis.client import Pipeline
 
 from . import keys
 from .models import Claim
+from .replies import Asked, check
 from .tasks import Opened, TaskStore
 
 
@@ -67,14 +69,9 @@ class Opening(BaseModel):
     also: tuple[Any, ...] = ()  # the replies to the reads ``also`` queued, in order
 
 
-def _of_task(journal: dict[bytes, bytes], task_id: str) -> dict[str, JournalEntry]:
-    """The entries of one task from the job's whole journal (HGETALL), by key. Only its own
-    are parsed: a key starts with its task's id (``task:target:stage``), and the journal
-    grows with the job, so parsing every entry made each run O(the job's tasks)."""
-    prefix = f"{task_id}:".encode()
-    entries = (
-        JournalEntry.model_validate_json(v) for k, v in journal.items() if k.startswith(prefix)
-    )
+def _entries(flat: dict[str, str], task_id: str) -> dict[str, JournalEntry]:
+    """A task's journal entries by key, from ``readJournal``'s or a claim's reply."""
+    entries = map(JournalEntry.model_validate_json, flat.values())
     return {e.key: e for e in entries if e.task_id == task_id}
 
 
@@ -86,11 +83,7 @@ def opening_from(
     replies."""
     return Opening(
         checkpoint=opened.checkpoint,
-        journal={  # the claim sent the task's own entries only
-            e.key: e
-            for e in map(JournalEntry.model_validate_json, opened.journal.values())
-            if e.task_id == task_id
-        },
+        journal=_entries(opened.journal, task_id),  # the claim sent the task's own only
         input=opened.input,
         document=document.decode() if document is not None else None,
         also=tuple(also),
@@ -111,30 +104,39 @@ class Records:
         return [JournalEntry.model_validate_json(v) for v in raw.values()]
 
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
-        """A task's journal entries by key, in no particular order."""
-        return _of_task(self.client.hgetall(keys.journal(self.job_id)), task_id)
+        """A task's journal entries by key, in no particular order: read by the names its
+        hash keeps (``readJournal``), not found among the job's every entry."""
+        res = self.tasks.runner.run("readJournal", self.job_id, self._where(task_id), [task_id])
+        return _entries(check("readJournal", res, Asked(job_id=self.job_id)).data["journal"],
+                        task_id)  # fmt: skip
 
     def opened(self, task_id: str, input_id: str = "") -> Opened:
         """A task's checkpoint, its journal entries and its input's text, in one round trip,
         as a claim that opens the run sends them back (``TaskStore.claim``): for a run
-        whose claim did not. The job's journal is read whole (its entries are not indexed
-        by task) and the task's are taken by their keys' prefix."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hget(keys.checkpoints(self.job_id), task_id)
-        pipe.hgetall(keys.journal(self.job_id))
-        if input_id:
-            pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
-        saved, journal, *rest = pipe.execute()
-        prefix = f"{task_id}:".encode()
+        whose claim did not."""
+
+        def reads(pipe: Pipeline) -> None:
+            pipe.hget(keys.checkpoints(self.job_id), task_id)
+            if input_id:
+                pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
+
+        res, read = self.tasks.runner.run_reading(
+            "readJournal", self.job_id, self._where(task_id), [task_id], reads
+        )
+        journal = check("readJournal", res, Asked(job_id=self.job_id)).data["journal"]
+        saved, *rest = read
         text = None
         if rest and rest[0][0] is not None and rest[0][1] is None:
             text = rest[0][0].decode()
         return Opened(
             checkpoint=saved.decode() if saved is not None else None,
-            journal={k.decode(): v.decode() for k, v in journal.items() if k.startswith(prefix)},
+            journal=journal,
             input=text,
             read=None,
         )
+
+    def _where(self, task_id: str) -> list[str]:
+        return keys.script_keys("readJournal", self.job_id, task_id)
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)
@@ -174,7 +176,7 @@ class Records:
         if any changed since, RecordChanged is raised and nothing is written.
         ``ride``: with this thread's next write, not in a round trip of its own.
         """
-        for e in journal:  # a run reads its own entries by their keys' prefix (``_of_task``)
+        for e in journal:  # a task's entries are its own, under keys of its id
             if e.task_id != claim.task_id or not e.key.startswith(f"{claim.task_id}:"):
                 raise ValueError(f"journal entry {e.key!r} is not one of task {claim.task_id}")
         writes = [(keys.journal(self.job_id), e.key, e.model_dump_json()) for e in journal]

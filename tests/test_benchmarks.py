@@ -22,6 +22,9 @@ def test_claims_benchmark_quick_run_reports_the_ratios_beside_the_raw_rates() ->
     assert run["raw"]["fleet"]["failed_jobs"] == 0
     assert run["raw"]["fleet"]["fenced_events"] == 0
     assert run["raw"]["ceiling"]["claim"]["won"] == run["raw"]["ceiling"]["evalsha"]["won"]
+    # Runs opened in large jobs: both ways of reading a task's entries measured, per size.
+    assert list(doc["journal"]) == ["100", "1000"]
+    assert all(v["names_us"] > 0 and v["scan_us"] > 0 for v in doc["journal"].values())
 
 
 SOAK_TINY = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from shared_state import EffectStatus, Fenced, JobSpec, JournalEntry, Role, State, keys
 from shared_state.records import opening_from
+from shared_state.tasks import Child
 from workers import journal as journal_module
 from workers.errors import Blocked, ToolRefused
 from workers.heartbeat import Heartbeat
@@ -157,6 +159,62 @@ def test_a_spawn_already_made_in_this_stage_is_refused_not_skipped(state: State)
     with pytest.raises(ToolRefused, match="already done: spawned 3"):
         journal(run, spawn).perform("spawn", "review", {"n": 3}, lambda: {"n": 3})
     assert spawn.effects == []
+
+
+def _scans(state: State) -> int:
+    """HSCANs the server ran since its counters were reset (commands inside scripts count)."""
+    return int(state.client.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
+
+
+def _entry(task_id: str, n: int) -> JournalEntry:
+    return JournalEntry(key=f"{task_id}:bump counter#{n}:start", task_id=task_id, tool="bump",
+                        status=EffectStatus.DONE, detail={"n": n})  # fmt: skip
+
+
+def test_a_claim_reads_its_entries_by_name_whatever_the_size_of_the_jobs_journal(
+    state: State,
+) -> None:
+    """The journal is one hash for the whole job. A claim that opens a run, and
+    ``Records``, read a task's entries by the names its hash keeps: nothing scans the
+    job's journal, whose size would make every claim O(the job's entries)."""
+    root = claimed(state)
+    job_id = root.job.job_id
+    records = state.records(job_id)
+    spawn = _entry(root.task.task_id, 0).model_copy(update={"tool": "spawn"})
+    children = state.tasks.spawn(root.claim, "review", [Child(role=Role.CODER, brief=f"c{i}")
+                                                        for i in range(40)],
+                                 journal=(spawn.key, spawn.model_dump_json()))  # fmt: skip
+    claims = {}
+    for child in children[:-1]:  # the last stays queued: a first claim
+        got = state.tasks.claim(job_id, child, "w2", 60_000)
+        assert got is not None
+        claims[child] = got.claim
+        records.write(got.claim, journal=[_entry(child, 1), _entry(child, 2)])
+    state.client.config_resetstat()
+
+    def opening(job: object) -> Callable[[object], None]:  # no reads outside the job
+        return lambda pipe: None
+
+    first = state.tasks.claim(job_id, children[-1], "w2", 60_000, open_run=opening)
+    assert first is not None and first.opened is not None and first.opened.journal == {}
+    # The same worker's claim again (a re-sent claim, its lease live) opens its run again.
+    again = state.tasks.claim(job_id, children[0], "w2", 60_000, open_run=opening)
+    assert again is not None and again.opened is not None
+    assert sorted(again.opened.journal) == [_entry(children[0], n).key for n in (1, 2)]
+    assert list(records.journal(root.task.task_id)) == [spawn.key]
+    assert sorted(records.opened(children[1]).journal) == [
+        _entry(children[1], n).key for n in (1, 2)
+    ]
+    assert _scans(state) == 0
+
+    # An entry written without its name (by a writer older than the names, or a job written
+    # before them): the counts differ, and the job's journal is scanned, as it always was.
+    older = _entry(children[2], 3)
+    state.client.hset(keys.journal(job_id), older.key, older.model_dump_json())
+    got = state.tasks.claim(job_id, children[2], "w2", 60_000, open_run=opening)
+    assert got is not None and got.opened is not None
+    assert sorted(got.opened.journal) == [_entry(children[2], n).key for n in (1, 2, 3)]
+    assert _scans(state) > 0
 
 
 def test_a_run_parses_only_its_own_entries_of_the_jobs_journal(state: State) -> None:

@@ -56,6 +56,7 @@
   Events: task.claimed; on takeover also task.requeued or task.dead/job.failed.
 ]]
 --- @include "common"
+--- @include "journal"
 --- @include "failAttempt"
 
 local taskKey, jobKey, stream, leasesKey, queuedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -69,27 +70,11 @@ local function row()
     'attempt', 'role', 'not_before')
 end
 
--- The run's records, into ``data``: its checkpoint, its own journal entries, its
--- input's text and whether the job has a budget. The journal holds the whole job's
--- entries: the task's are matched by their keys' prefix in the server's own scan (HSCAN
--- MATCH), not copied here one by one (a scan may give an entry twice: each is kept once).
+-- The run's records, into ``data``: its checkpoint, its own journal entries (by the names
+-- its hash keeps: ``journalOf``), its input's text and whether the job has a budget.
 local function open(data, task, taskId)
   data.checkpoint = redis.call('HGET', KEYS[8], taskId) or nil
-  local pattern = string.gsub(taskId, '([%*%?%[%]\\])', '\\%1') .. ':*'
-  local seen, entries, cursor = {}, {}, '0'
-  repeat
-    local page = redis.call('HSCAN', KEYS[9], cursor, 'MATCH', pattern, 'COUNT', 1000)
-    cursor = page[1]
-    for i = 1, #page[2], 2 do
-      local key = page[2][i]
-      if not seen[key] then
-        seen[key] = true
-        entries[#entries + 1] = key
-        entries[#entries + 1] = page[2][i + 1]
-      end
-    end
-  until cursor == '0'
-  data.journal = entries
+  data.journal = journalOf(KEYS[9], KEYS[2], task, taskId)
   local tag = string.match(KEYS[2], '^([^{]*{[^}]*}:)job$')
   for i = 1, #task, 2 do
     if task[i] == 'input' and task[i + 1] ~= '' then

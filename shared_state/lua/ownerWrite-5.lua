@@ -9,7 +9,8 @@
   own job — never another job's records, nor the job or task hashes whose
   status the scripts alone decide. A write may be guarded: it happens only
   if a field still holds what the writer read (two coders editing one file:
-  the second is told the file changed, rather than undoing the first).
+  the second is told the file changed, rather than undoing the first). A
+  journal entry is named in the task's hash too (``journalWrite``).
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -38,6 +39,7 @@
         string "\0" when absent); nothing written
 ]]
 --- @include "common"
+--- @include "journal"
 --- @include "fence"
 
 local token, worker = ARGV[1], ARGV[2]
@@ -77,8 +79,14 @@ for i = 1, guards do
   local now = redis.call('HGET', KEYS[5 + tonumber(ARGV[at])], ARGV[at + 1]) or '\0'
   if now ~= ARGV[at + 2] then return reply(-8, {field = ARGV[at + 1], current = now}) end
 end
+local journal = tag and tag .. 'journal'
 for i = guards + 1, n do
   local at = 1 + 3 * i
-  redis.call('HSET', KEYS[5 + tonumber(ARGV[at])], ARGV[at + 1], ARGV[at + 2])
+  local target = KEYS[5 + tonumber(ARGV[at])]
+  if target == journal then  -- named in the task's hash too: its claim reads it by name
+    journalWrite(target, KEYS[1], KEYS[2], ARGV[at + 1], ARGV[at + 2])
+  else
+    redis.call('HSET', target, ARGV[at + 1], ARGV[at + 2])
+  end
 end
 return reply(1, {writes = n - guards})
