@@ -101,6 +101,29 @@ def test_a_host_in_no_proxy_is_reached_directly(
     assert proxy.seen == []
 
 
+def test_an_endpoint_called_again_is_sent_on_the_pool_found_for_it_the_first_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool and the target of an endpoint are found once (``Transport._origin``), not
+    by the pool manager at every call; the request that goes out is the same."""
+    with Loopback() as server:
+        for _ in range(3):
+            server.answer(200, ANSWER)
+        transport = Transport()
+        url = f"{server.url}/v1/chat/completions?api-version=1"
+        found: list[str] = []
+        take = transport._direct.connection_from_url
+        monkeypatch.setattr(
+            transport._direct, "connection_from_url", lambda u: found.append(u) or take(u)
+        )
+        for _ in range(3):
+            assert transport.post(url, b"{}", {"authorization": "Bearer k"}, 5).json() == ANSWER
+        assert found == [url]
+    assert [r["path"] for r in server.requests] == ["/v1/chat/completions?api-version=1"] * 3
+    assert {r["headers"]["authorization"] for r in server.requests} == {"Bearer k"}
+    assert {r["headers"]["user-agent"] for r in server.requests} == {"redfleet"}
+
+
 def test_a_kept_alive_connection_the_server_closed_is_replaced_not_sent_on() -> None:
     """The server keeps no connection alive after answering, without saying so: the pool's
     connection is dead when the next call comes, and that call, allowed one attempt, is

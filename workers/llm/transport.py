@@ -41,7 +41,9 @@ from urllib.request import getproxies_environment, proxy_bypass_environment
 
 import certifi
 import urllib3
+from urllib3 import HTTPHeaderDict
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.util import parse_url
 
 from ..errors import BadRequest
 
@@ -49,6 +51,7 @@ from ..errors import BadRequest
 TransportError = urllib3.exceptions.HTTPError
 KEEP_ALIVE = 256  # connections kept per origin (beyond them a call opens, then closes one)
 IDLE_S = 5.0  # a connection unused this long is closed, not reused (httpx's default too)
+ORIGINS_KEPT = 64  # endpoint URLs whose pool and target are kept (``Transport._origin``)
 USER_AGENT = "redfleet"
 
 
@@ -78,6 +81,7 @@ class Transport:
         self._proxies = getproxies_environment()  # by scheme; "no": the hosts that bypass
         self._pools = {**_roots(), "maxsize": KEEP_ALIVE, "retries": False}
         self._direct = _expiring(urllib3.PoolManager(**self._pools))
+        self._origins: dict[str, tuple[HTTPConnectionPool, str]] = {}  # by URL (``_origin``)
         self._via = {
             scheme: _proxy_manager(scheme, self._proxies[scheme], self._pools)
             for scheme in ("http", "https", "all")
@@ -91,15 +95,20 @@ class Transport:
         if parts.scheme not in ("http", "https"):
             # urllib3 would take a URL without a scheme as plain HTTP: a key sent in the clear.
             raise BadRequest("the model's endpoint must start with https:// or http://")
+        every = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
+        timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
         try:
-            answer = self._manager(parts.scheme, parts.hostname or "", parts.port).request(
-                "POST",
-                url,
-                body=body,
-                headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers},
-                timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
-                redirect=False,
-            )
+            manager = self._manager(parts.scheme, parts.hostname or "", parts.port)
+            if manager is self._direct:
+                pool, target = self._origin(url)
+                answer = pool.urlopen(
+                    "POST", target, body=body, headers=HTTPHeaderDict(every), timeout=timeout,
+                    redirect=False, assert_same_host=False,
+                )  # fmt: skip
+            else:
+                answer = manager.request(
+                    "POST", url, body=body, headers=every, timeout=timeout, redirect=False
+                )
         except ValueError as exc:  # a header HTTP cannot carry, a malformed URL
             # Never the error's own words: they quote the header's value (an API key).
             raise BadRequest(
@@ -107,6 +116,20 @@ class Transport:
                 "malformed, or a header (an API key) holds a line break or a non-ASCII character"
             ) from None
         return Reply(answer.status, answer.headers, answer.data, answer.reason or "")
+
+    def _origin(self, url: str) -> tuple[HTTPConnectionPool, str]:
+        """The direct pool of ``url``'s origin and the target to send it, as the pool
+        manager would take them (its ``urlopen``), kept per URL: a process calls one or two
+        endpoints, and finding them again parsed the URL twice and built the pool's key
+        every call (~40 µs of a call's ~330 through the manager). The manager closes no
+        pool it holds or drops, so a kept one stays usable."""
+        found = self._origins.get(url)
+        if found is None:
+            found = self._direct.connection_from_url(url), parse_url(url).request_uri
+            if len(self._origins) >= ORIGINS_KEPT:
+                self._origins.clear()
+            self._origins[url] = found
+        return found
 
     def _manager(self, scheme: str, host: str, port: int | None) -> urllib3.PoolManager:
         manager = self._via.get(scheme) or self._via.get("all")
