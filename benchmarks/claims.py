@@ -27,10 +27,11 @@ machine's own Redis), stopped at the end. Measured:
    tasks. In a job whose journal holds S entries (S tasks each claimed and
    journaled once, through ``ownerWrite``), M fresh tasks are claimed with
    their runs opened: the server's time in ``claimTask`` a claim
-   (``commandstats``), when each task's entries are read by the names its hash
-   keeps, and, side by side, once one entry was written without its name (as a
-   writer older than the names wrote them: the claim scans the job's journal,
-   as every claim did before). ``scan_vs_names`` = the second / the first.
+   (``commandstats``), when each task's entries are read by their names (a
+   range of the journal's names), and, side by side, once one entry was
+   written without its name (as a writer older than the names wrote them: the
+   claim scans the job's journal, as every claim that opened a run did
+   before). ``scan_vs_names`` = the second / the first.
 
 For each phase the Redis command count and server CPU are recorded (and, end
 to end, the workers' CPU from /proc) to show where the time goes per task.

@@ -5,11 +5,9 @@ touches a single slot (Redis Cluster-safe). Cross-job indexes (the job
 registry, the global event stream, worker heartbeats) are separate keys and
 are never touched by the same script as a job's keys.
 
-    rf:{<job>}:job               hash   the job record (journal_indexed: the journal's entries
-                                        written with their task's name of them)
+    rf:{<job>}:job               hash   the job record
     rf:{<job>}:tasks             set    ids of the job's tasks
-    rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease; journal:<key>
-                                        names each of its journal entries (read by name)
+    rf:{<job>}:task:<task_id>    hash   one task: status, owner, token, lease
     rf:{<job>}:leases            zset   claimed task id -> lease deadline (ms)
     rf:{<job>}:queued            zset   queued task id -> queued since (ms), or due at (a
                                         retry waiting out its backoff)
@@ -22,6 +20,8 @@ are never touched by the same script as a job's keys.
     rf:{<job>}:artifacts         zset   artifact id -> last stored at (ms)
     rf:{<job>}:artifact:<id>     hash   one artifact: its content and metadata
     rf:{<job>}:journal           hash   idempotency key -> journaled tool call (intent, result)
+    rf:{<job>}:journal:names     zset   every idempotency key of the journal, all scored 0: a
+                                        task's are one range by their prefix (ZRANGEBYLEX)
     rf:{<job>}:checkpoints       hash   task id -> its last WorkingState (JSON)
     rf:{<job>}:workspace         hash   file path -> artifact id of what the coders wrote, or ""
                                         for a file they deleted (the changes to the base)
@@ -166,6 +166,10 @@ def artifact(job_id: str, artifact_id: str) -> str:
 
 def journal(job_id: str) -> str:
     return f"{_tag(job_id)}:journal"
+
+
+def journal_names(job_id: str) -> str:
+    return f"{journal(job_id)}:names"  # the scripts name it so (``journalWrite``)
 
 
 def checkpoints(job_id: str) -> str:
@@ -315,6 +319,7 @@ def job_keys(job_id: str) -> list[str]:
         usage_calls(job_id),
         artifacts(job_id),
         journal(job_id),
+        journal_names(job_id),
         checkpoints(job_id),
         workspace(job_id),
         progress(job_id),
@@ -349,7 +354,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "mirrorEvents": ("EVENTS", "METRICS"),
     "ownerWrite": _TASK[:5],
     "reapTask": (*_TASK, "retries"),
-    "readJournal": ("task", "job", "journal"),
+    "readJournal": ("journal", "journal_names"),
     "recordUsage": ("usage", "usage_calls", "job", "job_events", "budget"),
     "redactArtifact": ("artifact", "artifacts"),  # then the redacted copy's hash
     "redactRecord": (),  # its keys are the record to redact (and a scratch key beside it)

@@ -15,16 +15,18 @@ successor started.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
+import redis
 from pydantic import BaseModel, ConfigDict, Field
 from redis.client import Pipeline
 
 from . import keys
 from .models import Claim
 from .replies import Asked, check
+from .scripts import ScriptResult, evalsha, load
 from .tasks import Opened, TaskStore
 
 
@@ -104,11 +106,9 @@ class Records:
         return [JournalEntry.model_validate_json(v) for v in raw.values()]
 
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
-        """A task's journal entries by key, in no particular order: read by the names its
-        hash keeps (``readJournal``), not found among the job's every entry."""
-        res = self.tasks.runner.run("readJournal", self.job_id, self._where(task_id), [task_id])
-        return _entries(check("readJournal", res, Asked(job_id=self.job_id)).data["journal"],
-                        task_id)  # fmt: skip
+        """A task's journal entries by key, in no particular order: read by their names
+        (``readJournal``), not found among the job's every entry."""
+        return _entries(self._read(task_id, None)[0], task_id)
 
     def opened(self, task_id: str, input_id: str = "") -> Opened:
         """A task's checkpoint, its journal entries and its input's text, in one round trip,
@@ -120,11 +120,7 @@ class Records:
             if input_id:
                 pipe.hmget(keys.artifact(self.job_id, input_id), ["content", "redacted_to"])
 
-        res, read = self.tasks.runner.run_reading(
-            "readJournal", self.job_id, self._where(task_id), [task_id], reads
-        )
-        journal = check("readJournal", res, Asked(job_id=self.job_id)).data["journal"]
-        saved, *rest = read
+        journal, (saved, *rest) = self._read(task_id, reads)
         text = None
         if rest and rest[0][0] is not None and rest[0][1] is None:
             text = rest[0][0].decode()
@@ -135,8 +131,32 @@ class Records:
             read=None,
         )
 
-    def _where(self, task_id: str) -> list[str]:
-        return keys.script_keys("readJournal", self.job_id, task_id)
+    def _read(
+        self, task_id: str, reads: Callable[[Pipeline], None] | None
+    ) -> tuple[dict[str, str], list[Any]]:
+        """``readJournal`` (the task's entries: key -> JSON) and the replies to the plain
+        reads ``reads`` queues, in one pipeline. A read, so not through the ``Runner``,
+        whose writes would ride along (and wait for a replica under ``replicated``
+        durability). A server that lost its scripts is given it, and asked again."""
+        raw, rest = self._send(task_id, reads)
+        if isinstance(raw, redis.exceptions.NoScriptError):
+            load(self.client, "readJournal")
+            raw, rest = self._send(task_id, reads)
+        failed = next((r for r in (raw, *rest) if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+        res = check("readJournal", ScriptResult.parse(raw), Asked(job_id=self.job_id))
+        return res.data["journal"], rest
+
+    def _send(
+        self, task_id: str, reads: Callable[[Pipeline], None] | None
+    ) -> tuple[Any, list[Any]]:
+        pipe = self.client.pipeline(transaction=False)
+        evalsha(pipe, "readJournal", keys.script_keys("readJournal", self.job_id), [task_id])
+        if reads is not None:
+            reads(pipe)
+        raw, *rest = pipe.execute(raise_on_error=False)
+        return raw, rest
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -161,22 +162,37 @@ def test_a_spawn_already_made_in_this_stage_is_refused_not_skipped(state: State)
     assert spawn.effects == []
 
 
-def _scans(state: State) -> int:
-    """HSCANs the server ran since its counters were reset (commands inside scripts count)."""
-    return int(state.client.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
+@contextmanager
+def whole_reads(state: State, job_id: str) -> Iterator[list[str]]:
+    """The commands that read the job's whole journal (a scan, HGETALL, HKEYS, HVALS) while
+    inside, scripts' own included: the server's SLOWLOG logs every command at threshold 0."""
+    journal = keys.journal(job_id).encode()
+    found: list[str] = []
+    state.client.config_set("slowlog-log-slower-than", 0)
+    state.client.config_set("slowlog-max-len", 100_000)
+    state.client.slowlog_reset()
+    try:
+        yield found
+        for entry in state.client.slowlog_get(100_000):
+            name, *args = entry["command"].split()
+            if name.upper() in (b"HSCAN", b"HGETALL", b"HKEYS", b"HVALS") and args[:1] == [journal]:
+                found.append(name.decode().upper())
+    finally:
+        state.client.config_set("slowlog-log-slower-than", 10_000)
 
 
-def _entry(task_id: str, n: int) -> JournalEntry:
-    return JournalEntry(key=f"{task_id}:bump counter#{n}:start", task_id=task_id, tool="bump",
-                        status=EffectStatus.DONE, detail={"n": n})  # fmt: skip
+def _entry(task_id: str, n: int, owner: str = "") -> JournalEntry:
+    return JournalEntry(key=f"{owner or task_id}:bump counter#{n}:start", task_id=task_id,
+                        tool="bump", status=EffectStatus.DONE, detail={"n": n})  # fmt: skip
 
 
-def test_a_claim_reads_its_entries_by_name_whatever_the_size_of_the_jobs_journal(
+def test_a_task_s_entries_are_read_by_name_never_by_reading_the_jobs_whole_journal(
     state: State,
 ) -> None:
-    """The journal is one hash for the whole job. A claim that opens a run, and
-    ``Records``, read a task's entries by the names its hash keeps: nothing scans the
-    job's journal, whose size would make every claim O(the job's entries)."""
+    """The journal is one hash for the whole job. A claim that opens a run, and ``Records``,
+    read a task's entries by their names (a range of the job's names, by the task's
+    prefix): nothing reads the job's whole journal, whose size would make every claim
+    O(the job's entries)."""
     root = claimed(state)
     job_id = root.job.job_id
     records = state.records(job_id)
@@ -184,37 +200,62 @@ def test_a_claim_reads_its_entries_by_name_whatever_the_size_of_the_jobs_journal
     children = state.tasks.spawn(root.claim, "review", [Child(role=Role.CODER, brief=f"c{i}")
                                                         for i in range(40)],
                                  journal=(spawn.key, spawn.model_dump_json()))  # fmt: skip
-    claims = {}
     for child in children[:-1]:  # the last stays queued: a first claim
         got = state.tasks.claim(job_id, child, "w2", 60_000)
         assert got is not None
-        claims[child] = got.claim
         records.write(got.claim, journal=[_entry(child, 1), _entry(child, 2)])
-    state.client.config_resetstat()
 
     def opening(job: object) -> Callable[[object], None]:  # no reads outside the job
         return lambda pipe: None
 
-    first = state.tasks.claim(job_id, children[-1], "w2", 60_000, open_run=opening)
-    assert first is not None and first.opened is not None and first.opened.journal == {}
-    # The same worker's claim again (a re-sent claim, its lease live) opens its run again.
-    again = state.tasks.claim(job_id, children[0], "w2", 60_000, open_run=opening)
-    assert again is not None and again.opened is not None
-    assert sorted(again.opened.journal) == [_entry(children[0], n).key for n in (1, 2)]
-    assert list(records.journal(root.task.task_id)) == [spawn.key]
-    assert sorted(records.opened(children[1]).journal) == [
-        _entry(children[1], n).key for n in (1, 2)
-    ]
-    assert _scans(state) == 0
+    def opened(task_id: str) -> list[str]:
+        got = state.tasks.claim(job_id, task_id, "w2", 60_000, open_run=opening)
+        assert got is not None and got.opened is not None
+        return sorted(got.opened.journal)
 
-    # An entry written without its name (by a writer older than the names, or a job written
-    # before them): the counts differ, and the job's journal is scanned, as it always was.
-    older = _entry(children[2], 3)
+    with whole_reads(state, job_id) as read_whole:
+        assert opened(children[-1]) == []
+        # The same worker's claim again (re-sent, its lease live) opens its run again.
+        assert opened(children[0]) == [_entry(children[0], n).key for n in (1, 2)]
+        assert list(records.journal(root.task.task_id)) == [spawn.key]
+        assert sorted(records.opened(children[1]).journal) == [
+            _entry(children[1], n).key for n in (1, 2)
+        ]
+    assert read_whole == []
+
+
+def test_an_entry_written_without_its_name_is_found_by_a_scan_until_written_again(
+    state: State,
+) -> None:
+    """An entry written without its name (by a worker older than the names; a job written
+    before them has only such entries): the job's names are fewer than its entries, and its
+    journal is scanned, as it always was, so no entry is missed. Once the entry is written
+    again, with its name, its task's entries are read by name again."""
+    run = claimed(state)
+    job_id, task_id = run.job.job_id, run.task.task_id
+    records = state.records(job_id)
+    records.write(run.claim, journal=[_entry(task_id, 1)])
+    older = _entry(task_id, 2)
     state.client.hset(keys.journal(job_id), older.key, older.model_dump_json())
-    got = state.tasks.claim(job_id, children[2], "w2", 60_000, open_run=opening)
-    assert got is not None and got.opened is not None
-    assert sorted(got.opened.journal) == [_entry(children[2], n).key for n in (1, 2, 3)]
-    assert _scans(state) > 0
+    with whole_reads(state, job_id) as read_whole:
+        assert sorted(records.journal(task_id)) == [_entry(task_id, 1).key, older.key]
+    assert read_whole == ["HSCAN"]
+    records.write(run.claim, journal=[older.to(EffectStatus.DONE, "again")])
+    with whole_reads(state, job_id) as read_whole:
+        assert records.journal(task_id)[older.key].result == "again"
+    assert read_whole == []
+
+
+def test_the_journals_names_expire_with_the_job_and_its_journal(redis_url: str) -> None:
+    state = State.connect(redis_url, retention_s=120)
+    run = claimed(state)
+    job_id = run.job.job_id
+    state.records(job_id).write(run.claim, journal=[_entry(run.task.task_id, 1)])
+    assert state.client.zcard(keys.journal_names(job_id)) == 1
+    assert state.tasks.complete(run.claim, "").job_finished
+    state.jobs.finalize(job_id)
+    for key in (keys.journal(job_id), keys.journal_names(job_id)):
+        assert 0 < state.client.ttl(key) <= 120, key
 
 
 def test_a_run_parses_only_its_own_entries_of_the_jobs_journal(state: State) -> None:

@@ -70,11 +70,11 @@ local function row()
     'attempt', 'role', 'not_before')
 end
 
--- The run's records, into ``data``: its checkpoint, its own journal entries (by the names
--- its hash keeps: ``journalOf``), its input's text and whether the job has a budget.
+-- The run's records, into ``data``: its checkpoint, its own journal entries (by their
+-- names: ``journalOf``), its input's text and whether the job has a budget.
 local function open(data, task, taskId)
   data.checkpoint = redis.call('HGET', KEYS[8], taskId) or nil
-  data.journal = journalOf(KEYS[9], KEYS[2], task, taskId)
+  data.journal = journalOf(KEYS[9], taskId)
   local tag = string.match(KEYS[2], '^([^{]*{[^}]*}:)job$')
   for i = 1, #task, 2 do
     if task[i] == 'input' and task[i + 1] ~= '' then

@@ -10,7 +10,7 @@
   status the scripts alone decide. A write may be guarded: it happens only
   if a field still holds what the writer read (two coders editing one file:
   the second is told the file changed, rather than undoing the first). A
-  journal entry is named in the task's hash too (``journalWrite``).
+  journal entry's name is kept in the job's names too (``journalWrite``).
 
   KEYS[1] task hash        rf:{job}:task:<task_id>
   KEYS[2] job hash         rf:{job}:job
@@ -83,8 +83,8 @@ local journal = tag and tag .. 'journal'
 for i = guards + 1, n do
   local at = 1 + 3 * i
   local target = KEYS[5 + tonumber(ARGV[at])]
-  if target == journal then  -- named in the task's hash too: its claim reads it by name
-    journalWrite(target, KEYS[1], KEYS[2], ARGV[at + 1], ARGV[at + 2])
+  if target == journal then  -- its name kept too: a claim reads it by name
+    journalWrite(target, ARGV[at + 1], ARGV[at + 2])
   else
     redis.call('HSET', target, ARGV[at + 1], ARGV[at + 2])
   end

@@ -67,7 +67,7 @@ end
 redis.call('HSET', parentKey, 'status', 'waiting', 'owner', '', 'lease_until', 0,
   'pending', n, 'stage', stage, 'children:' .. stage, table.concat(ids, ' '))
 redis.call('ZREM', leasesKey, p[3])
-if ARGV[4] ~= '' then journalWrite(KEYS[7], KEYS[1], KEYS[2], ARGV[4], ARGV[5]) end
+if ARGV[4] ~= '' then journalWrite(KEYS[7], ARGV[4], ARGV[5]) end
 ended(token, worker, 'spawn', {children = n})
 emit(stream, job.maxlen, {'event', 'task.waiting', 'task_id', p[3], 'worker', worker,
   'token', token, 'children', n, 'stage', stage})
