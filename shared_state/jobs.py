@@ -234,7 +234,8 @@ class JobStore:
         an expiry recorded (a job finished before the expiring index existed,
         a record deleted by hand); one indexed less than ``SUBMIT_GRACE_MS``
         ago may be a submission still writing and stays. The ``job:`` and
-        ``temp:`` memory items of every dropped job go with it.
+        ``temp:`` memory items of every dropped job go with it, and so do its keys
+        an older version did not know to expire (``_unlisted``).
         """
         now = server_ms(self.client)
         pruned = 0
@@ -248,6 +249,7 @@ class JobStore:
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.JOBS, *due)
                 pipe.zrem(keys.EXPIRING_JOBS, *due)
+                pipe.unlink(*_unlisted(due))
                 pruned += pipe.execute()[0]
             if len(due) < _PRUNE_CHUNK:
                 break
@@ -261,6 +263,7 @@ class JobStore:
             gone = [j for j, exists in zip(oldest, pipe.execute(), strict=True) if not exists]
             if gone:
                 self.memory.expire_jobs([j.decode() for j in gone])
+                self.client.unlink(*_unlisted(gone))
                 pruned += self.client.zrem(keys.JOBS, *gone)
         return pruned
 
@@ -453,3 +456,9 @@ class JobStore:
             for artifact_id in artifacts:
                 pipe.pexpire(keys.artifact(job_id, artifact_id.decode()), ttl_ms)
             pipe.execute()
+
+
+def _unlisted(job_ids: list[bytes]) -> list[str]:
+    """Keys of a job that a finalize by an older version (in a fleet being upgraded) left
+    without an expiry, as it did not list them: gone when the job's id is dropped."""
+    return [keys.journal_names(j.decode()) for j in job_ids]

@@ -106,8 +106,8 @@ class Records:
         return [JournalEntry.model_validate_json(v) for v in raw.values()]
 
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
-        """A task's journal entries by key, in no particular order: read by their names
-        (``readJournal``), not found among the job's every entry."""
+        """A task's journal entries by key, in no particular order (``readJournal``: by
+        their names, unless an entry of the job has none)."""
         return _entries(self._read(task_id, None)[0], task_id)
 
     def opened(self, task_id: str, input_id: str = "") -> Opened:

@@ -168,6 +168,7 @@ def whole_reads(state: State, job_id: str) -> Iterator[list[str]]:
     inside, scripts' own included: the server's SLOWLOG logs every command at threshold 0."""
     journal = keys.journal(job_id).encode()
     found: list[str] = []
+    was = state.client.config_get("slowlog-*")
     state.client.config_set("slowlog-log-slower-than", 0)
     state.client.config_set("slowlog-max-len", 100_000)
     state.client.slowlog_reset()
@@ -178,12 +179,13 @@ def whole_reads(state: State, job_id: str) -> Iterator[list[str]]:
             if name.upper() in (b"HSCAN", b"HGETALL", b"HKEYS", b"HVALS") and args[:1] == [journal]:
                 found.append(name.decode().upper())
     finally:
-        state.client.config_set("slowlog-log-slower-than", 10_000)
+        for name, value in was.items():
+            state.client.config_set(name, value)
 
 
-def _entry(task_id: str, n: int, owner: str = "") -> JournalEntry:
-    return JournalEntry(key=f"{owner or task_id}:bump counter#{n}:start", task_id=task_id,
-                        tool="bump", status=EffectStatus.DONE, detail={"n": n})  # fmt: skip
+def _entry(task_id: str, n: int) -> JournalEntry:
+    return JournalEntry(key=f"{task_id}:bump counter#{n}:start", task_id=task_id, tool="bump",
+                        status=EffectStatus.DONE, detail={"n": n})  # fmt: skip
 
 
 def test_a_task_s_entries_are_read_by_name_never_by_reading_the_jobs_whole_journal(
@@ -204,6 +206,12 @@ def test_a_task_s_entries_are_read_by_name_never_by_reading_the_jobs_whole_journ
         got = state.tasks.claim(job_id, child, "w2", 60_000)
         assert got is not None
         records.write(got.claim, journal=[_entry(child, 1), _entry(child, 2)])
+        if child == children[0]:  # named entries of ids it is a prefix of, or that are its
+            for lookalike in (f"{child}x", f"{child[:-1]}", f"{child};"):
+                entry = _entry(lookalike, 1)
+                state.tasks.owner_write(
+                    got.claim, [(keys.journal(job_id), entry.key, entry.model_dump_json())]
+                )
 
     def opening(job: object) -> Callable[[object], None]:  # no reads outside the job
         return lambda pipe: None
@@ -221,6 +229,17 @@ def test_a_task_s_entries_are_read_by_name_never_by_reading_the_jobs_whole_journ
         assert sorted(records.opened(children[1]).journal) == [
             _entry(children[1], n).key for n in (1, 2)
         ]
+    assert read_whole == []
+
+
+def test_a_task_with_more_entries_than_one_read_takes_gets_them_all(state: State) -> None:
+    run = claimed(state)
+    job_id, task_id = run.job.job_id, run.task.task_id
+    records = state.records(job_id)
+    many = [_entry(task_id, n) for n in range(2_345)]  # HMGET a thousand names at a time
+    records.write(run.claim, journal=many)
+    with whole_reads(state, job_id) as read_whole:
+        assert sorted(records.journal(task_id)) == sorted(e.key for e in many)
     assert read_whole == []
 
 
@@ -246,7 +265,9 @@ def test_an_entry_written_without_its_name_is_found_by_a_scan_until_written_agai
     assert read_whole == []
 
 
-def test_the_journals_names_expire_with_the_job_and_its_journal(redis_url: str) -> None:
+def test_the_journals_names_expire_and_stop_expiring_with_the_job_and_its_journal(
+    redis_url: str,
+) -> None:
     state = State.connect(redis_url, retention_s=120)
     run = claimed(state)
     job_id = run.job.job_id
@@ -256,6 +277,29 @@ def test_the_journals_names_expire_with_the_job_and_its_journal(redis_url: str) 
     state.jobs.finalize(job_id)
     for key in (keys.journal(job_id), keys.journal_names(job_id)):
         assert 0 < state.client.ttl(key) <= 120, key
+    # A new round of the job: they stop expiring together again.
+    state.jobs.resume(
+        job_id, stage="r1/resume", goal="", constraints="[]", criteria_version="v",
+        criteria_changed=False, features="", checks="",
+    )  # fmt: skip
+    for key in (keys.journal(job_id), keys.journal_names(job_id)):
+        assert state.client.ttl(key) == -1, key
+
+
+def test_names_an_older_finalize_left_without_an_expiry_go_when_the_job_is_dropped(
+    state: State,
+) -> None:
+    """In a fleet being upgraded, a finalize by an older version sets no expiry on the
+    journal's names (it does not know them): they go when the job's id leaves the index,
+    whether its expiry was recorded (due) or its record went without one (gone)."""
+    due, gone = (state.jobs.submit(JobSpec(goal=g)) for g in ("due", "gone"))
+    for job in (due, gone):
+        state.client.zadd(keys.journal_names(job.job_id), {f"{job.root_task}:x:start": 0})
+        state.client.delete(keys.job(job.job_id))
+    state.client.zadd(keys.EXPIRING_JOBS, {due.job_id: 0})
+    state.client.zadd(keys.JOBS, {gone.job_id: 0})  # indexed long ago
+    assert state.jobs.prune_index() == 2
+    assert not state.client.exists(*(keys.journal_names(j.job_id) for j in (due, gone)))
 
 
 def test_a_run_parses_only_its_own_entries_of_the_jobs_journal(state: State) -> None:

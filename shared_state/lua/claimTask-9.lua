@@ -26,6 +26,7 @@
   KEYS[7] retries index    rf:{job}:retries  (zset task_id -> due ms)
   KEYS[8] checkpoints      rf:{job}:checkpoints (hash task_id -> its last checkpoint)
   KEYS[9] journal          rf:{job}:journal  (hash "<task_id>:<target>:<stage>" -> entry)
+  The journal's names, rf:{job}:journal:names, are KEYS[9]'s with ':names' (``journalOf``).
   The input artifact's hash, rf:{job}:artifact:<input>, is named from the task's
   `input`, and the budget hash, rf:{job}:budget, from the job's tag (the same
   slot as KEYS).

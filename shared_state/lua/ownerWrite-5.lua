@@ -19,6 +19,8 @@
   KEYS[5] queued index     rf:{job}:queued
   KEYS[6..] target hashes: rf:{job}:journal, rf:{job}:checkpoints,
           rf:{job}:workspace or rf:{job}:progress of the same job
+  A journal entry's name goes into rf:{job}:journal:names, the journal's key with
+  ':names' (``journalWrite``).
 
   ARGV[1] fencing token
   ARGV[2] worker id

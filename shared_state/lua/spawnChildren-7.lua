@@ -17,7 +17,8 @@
   KEYS[4] lease index      rf:{job}:leases
   KEYS[5] queued index     rf:{job}:queued
   KEYS[6] task set         rf:{job}:tasks
-  KEYS[7] journal hash     rf:{job}:journal
+  KEYS[7] journal hash     rf:{job}:journal (its entry's name goes into the journal's key
+                           with ':names', ``journalWrite``)
   KEYS[8..7+n] child task hashes, in the order of the child quads
 
   ARGV[1] fencing token
