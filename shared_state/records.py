@@ -19,14 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 from redis.client import Pipeline
 
 from . import keys
 from .models import Claim
 from .replies import Asked, check
-from .scripts import ScriptResult, evalsha, load
+from .scripts import run_plain_reading
 from .tasks import Opened, TaskStore
 
 
@@ -108,7 +107,7 @@ class Records:
     def journal(self, task_id: str) -> dict[str, JournalEntry]:
         """A task's journal entries by key, in no particular order (``readJournal``: by
         their names, unless an entry of the job has none)."""
-        return _entries(self._read(task_id, None)[0], task_id)
+        return _entries(self._read(task_id, lambda pipe: None)[0], task_id)
 
     def opened(self, task_id: str, input_id: str = "") -> Opened:
         """A task's checkpoint, its journal entries and its input's text, in one round trip,
@@ -132,31 +131,12 @@ class Records:
         )
 
     def _read(
-        self, task_id: str, reads: Callable[[Pipeline], None] | None
+        self, task_id: str, reads: Callable[[Pipeline], None]
     ) -> tuple[dict[str, str], list[Any]]:
-        """``readJournal`` (the task's entries: key -> JSON) and the replies to the plain
-        reads ``reads`` queues, in one pipeline. A read, so not through the ``Runner``,
-        whose writes would ride along (and wait for a replica under ``replicated``
-        durability). A server that lost its scripts is given it, and asked again."""
-        raw, rest = self._send(task_id, reads)
-        if isinstance(raw, redis.exceptions.NoScriptError):
-            load(self.client, "readJournal")
-            raw, rest = self._send(task_id, reads)
-        failed = next((r for r in (raw, *rest) if isinstance(r, Exception)), None)
-        if failed is not None:
-            raise failed
-        res = check("readJournal", ScriptResult.parse(raw), Asked(job_id=self.job_id))
-        return res.data["journal"], rest
-
-    def _send(
-        self, task_id: str, reads: Callable[[Pipeline], None] | None
-    ) -> tuple[Any, list[Any]]:
-        pipe = self.client.pipeline(transaction=False)
-        evalsha(pipe, "readJournal", keys.script_keys("readJournal", self.job_id), [task_id])
-        if reads is not None:
-            reads(pipe)
-        raw, *rest = pipe.execute(raise_on_error=False)
-        return raw, rest
+        """The task's entries (key -> JSON) by ``readJournal``, and the replies to ``reads``."""
+        where = keys.script_keys("readJournal", self.job_id)
+        res, read = run_plain_reading(self.client, "readJournal", where, [task_id], reads)
+        return check("readJournal", res, Asked(job_id=self.job_id)).data["journal"], read
 
     def checkpoint(self, task_id: str) -> str | None:
         raw = self.client.hget(keys.checkpoints(self.job_id), task_id)

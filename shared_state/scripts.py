@@ -146,6 +146,30 @@ def run_plain(client: redis.Redis, name: str, keys: list[str], args: list[Any]) 
     return ScriptResult.parse(raw)
 
 
+def run_plain_reading(
+    client: redis.Redis, name: str, keys: list[str], args: list[Any], reads: Reads
+) -> tuple[ScriptResult, list[Any]]:
+    """``run_plain`` for a script that writes nothing, with the plain reads ``reads``
+    queues sent after it in the same round trip; their replies in order. Not through a
+    ``Runner``: no writes ride along (nor wait for a replica). A server that lost the
+    script is given it and sent all again; any error reply is raised."""
+
+    def send() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        evalsha(pipe, name, keys, args)
+        reads(pipe)
+        return pipe.execute(raise_on_error=False)
+
+    replies = send()
+    if isinstance(replies[0], redis.exceptions.NoScriptError):
+        load(client, name)
+        replies = send()
+    failed = next((r for r in replies if isinstance(r, Exception)), None)
+    if failed is not None:
+        raise failed
+    return ScriptResult.parse(replies[0]), replies[1:]
+
+
 # Replicated durability: how long a write waits for a replica's acknowledgement at
 # a time, and how long in all before it is an error (a failover, with a replica
 # back in its place, takes a few seconds; a deployment without one never acks).
