@@ -24,6 +24,7 @@ cools the route is ``backoff.COOLING``, with the fleet's other backoffs.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import threading
@@ -89,8 +90,12 @@ class TenantShare(BaseModel):
 _UNSAFE = re.compile(r"[^\w.:/@+-]")
 
 
+@functools.lru_cache(maxsize=64)
 def route_id(provider: str, model: str, base_url: str) -> str:
-    """``openai:gpt-4.1-mini@api.openai.com/v1``: the provider, the model, where it is."""
+    """``openai:gpt-4.1-mini@api.openai.com/v1``: the provider, the model, where it is.
+
+    Kept for the few routes a process has: every task's provider asks it as it opens
+    (the URL parsed, the credentials masked: a regex pass over it)."""
     parts = urlsplit(base_url)
     # The host and port, never credentials a URL may carry (user:password@host).
     host = parts.hostname or ""

@@ -49,3 +49,45 @@ def test_truncate_keeps_the_longest_prefix_that_fits() -> None:
     text = " ".join(f"word{i}" for i in range(500))
     head = tok.truncate(text, 50)
     assert text.startswith(head) and tok.count(head) <= 50 < tok.count(text)
+
+
+def _whole(text: str) -> int:
+    return len(tokenizer_for().encoding.encode(text, disallowed_special=()))
+
+
+def test_a_text_counted_by_pieces_counts_as_the_whole_text() -> None:
+    """On source nobody here wrote (RQ's and click's, blank lines, indents, CRLF too) and
+    on random runs of letters, digits, marks, emoji and every kind of space and newline."""
+    import random
+    from pathlib import Path
+
+    import click
+    import rq
+
+    tok = tokenizer_for()
+    sources = [*Path(rq.__file__).parent.rglob("*.py"), *Path(click.__file__).parent.glob("*.py")]
+    texts = [p.read_text(encoding="utf-8") for p in sources]
+    texts += [t.replace("\n", "\r\n") for t in texts]
+    rng = random.Random(7)
+    marks = ["a", "B", "é", "中", "😀", "1", "22", "'s", ".", "-", "(", "#", " ", "  ", "\t",
+             "\n", "\n\n", "\r\n", "\u00a0", "\u2028", "\x85", "\x0b", "\x1c"]  # fmt: skip
+    texts += ["".join(rng.choice(marks) for _ in range(rng.randint(1, 40))) for _ in range(5000)]
+    wrong = [t[:60] for t in texts if tok.count_lines(t) != _whole(t)]
+    assert not wrong, f"{len(wrong)} of {len(texts)} texts miscounted, first {wrong[0]!r}"
+
+
+def test_the_pieces_a_text_shares_with_one_counted_before_are_not_encoded_again(
+    monkeypatch,
+) -> None:
+    tok = tokenizer_for()
+    shared = "".join(f"recalled item {n}: the port is {8000 + n}\n" for n in range(40))
+    tok.count_lines("TASK\nname: first\n" + shared)
+    second = "TASK\nname: second\n" + shared
+    whole = _whole(second)
+    encoded: list[str] = []
+    encode = tok.encoding.encode
+    monkeypatch.setattr(
+        tok.encoding, "encode", lambda text, **kw: encoded.append(text) or encode(text, **kw)
+    )
+    assert tok.count_lines(second) == whole
+    assert encoded == ["name: second\n"]

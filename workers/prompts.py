@@ -15,6 +15,7 @@ byte-identical; runtime state goes to the volatile tail.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,7 +86,10 @@ def assemble(sections: Sequence[Section | None]) -> str:
     return "\n\n".join(s.text if s.name == "identity" else f"# {s.name}\n{s.text}" for s in ordered)
 
 
+@functools.lru_cache(maxsize=32)
 def system_prompt(role_prompt: str, document: str | None, tok: Tokenizer) -> str:
+    """Kept for the few (role, AGENTS.md) pairs a process meets: every run asks it, and the
+    document is counted in tokens to be cut to its budget."""
     return assemble(
         [
             *identity_and_rules(role_prompt),

@@ -317,7 +317,9 @@ class ContextEngine:
 
     def _reference(self, text: str, actions: list[str]) -> Block:
         budget = self.budgets.slots[Slot.REFERENCE]
-        tokens = self.tok.count(text)
+        # By pieces: a run's reference is new text, but most of its lines are not (the
+        # goal, the recalled memory every run of a job and later jobs are shown).
+        tokens = self.tok.count_lines(text)
         if tokens <= budget.tokens:
             return Block(Slot.REFERENCE, text, tokens)
         if budget.overflow is Overflow.FAIL:

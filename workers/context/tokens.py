@@ -14,6 +14,7 @@ text), not O(history).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 
@@ -31,6 +32,8 @@ ENCODING_FOR_MODEL: dict[str, str] = {
 # Chat formats wrap each message in a few tokens of framing.
 MESSAGE_OVERHEAD = 4
 _CACHE_SIZE = 20_000
+# After a newline that a non-space character follows: where ``count_lines`` cuts.
+_PIECES = re.compile(r"(?<=\n)(?=\S)")
 
 
 class Tokenizer:
@@ -61,14 +64,16 @@ class Tokenizer:
             self._counts.clear()
 
     def count_lines(self, text: str) -> int:
-        """``count`` of a multi-line text, line by line: a changed line costs only itself.
+        """``count`` of a multi-line text, piece by piece: a piece met before (a line of an
+        earlier step's state, of another run's recalled memory) costs a lookup.
 
-        A newline joins the token before it, never the one after (unless the
-        next line starts with whitespace), so counting each line with its
-        newline gives the text's count.
+        The pieces are cut after each newline that a non-space character follows:
+        the encoding splits text into words before it merges their bytes, and a
+        newline ends the word it is in, never starts the next one unless that is
+        whitespace too (blank lines, an indented line: those stay in one piece), so
+        no token spans such a cut and the pieces' counts add up to the text's.
         """
-        *lines, last = text.split("\n")
-        return sum(self.count(line + "\n") for line in lines) + self.count(last)
+        return sum(self.count(piece) for piece in _PIECES.split(text))
 
     def count_message(self, message: Message) -> int:
         n = MESSAGE_OVERHEAD + self.count(message.content)
