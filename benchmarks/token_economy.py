@@ -361,7 +361,7 @@ def run_strategy(workload: Any, make: Any, *, model: str = "default") -> dict[st
                 reachable_items += (need if isinstance(need, str) else need.text) in everything
                 if not isinstance(need, str):
                     items.append(item_report(need, step, hit))
-        tokens = tok.count_lines(state.render())
+        tokens = tok.count_pieces(state.render())
         state_max = max(state_max, tokens)
         over_budget += tokens > state_budget
         if step in (10, 100, 300, 1_000) or step == workload.steps:

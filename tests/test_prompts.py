@@ -60,6 +60,7 @@ def test_an_unknown_or_repeated_section_is_a_mistake() -> None:
 
 def test_the_system_prompt_is_the_same_bytes_for_the_same_inputs() -> None:
     a = system_prompt("You are X.\nDo Y.", "# AGENTS\nrule", TOK)
+    system_prompt.cache_clear()  # built again, not the kept one
     b = system_prompt("You are X.\nDo Y.", "# AGENTS\nrule", TOK)
     assert a == b
     assert HARD_CONSTRAINTS in a and MEMORY_HANDLING in a

@@ -40,8 +40,8 @@ _LISTS = ("said", "pins", "salient", "identifiers", "artifacts")
 
 
 def state_tokens(tok: Tokenizer, state: WorkingState) -> int:
-    """The rendered state's tokens, counted line by line so unchanged lines cost nothing."""
-    return tok.count_lines(state.render())
+    """The rendered state's tokens, counted by pieces so unchanged lines cost nothing."""
+    return tok.count_pieces(state.render())
 
 
 def unarchived_notes_tokens(tok: Tokenizer, state: WorkingState) -> int:

@@ -52,7 +52,7 @@ _ARTIFACT_ID = re.compile(r"a-[0-9a-f]{16}")
 _CUT_MARK_TOKENS = 80
 
 
-# Every slot's name, in order: iterating the enum on every call cost more than the counting.
+# Every slot's name, in order (``Prompt.slot_tokens``: counted on every call).
 _SLOT_NAMES = tuple(s.value for s in Slot)
 
 
@@ -323,7 +323,7 @@ class ContextEngine:
         budget = self.budgets.slots[Slot.REFERENCE]
         # By pieces: a run's reference is new text, but most of its lines are not (the
         # goal, the recalled memory every run of a job and later jobs are shown).
-        tokens = self.tok.count_lines(text)
+        tokens = self.tok.count_pieces(text)
         if tokens <= budget.tokens:
             return Block(Slot.REFERENCE, text, tokens)
         if budget.overflow is Overflow.FAIL:
@@ -364,7 +364,7 @@ class ContextEngine:
                 return state, self._snapshot_block, None
             if lines is not None:
                 text = updates.render(self._snapshot, state, lines)
-                block = Block(Slot.UPDATES, text, self.tok.count_lines(text))
+                block = Block(Slot.UPDATES, text, self.tok.count_pieces(text))
                 if block.tokens <= budget.tokens:
                     return state, self._snapshot_block, block
                 if budget.overflow is Overflow.FAIL:
@@ -373,7 +373,7 @@ class ContextEngine:
         state = self._fit_state(state, actions)
         text = state.render()
         self._snapshot = state
-        self._snapshot_block = Block(Slot.STATE, text, self.tok.count_lines(text))
+        self._snapshot_block = Block(Slot.STATE, text, self.tok.count_pieces(text))
         return state, self._snapshot_block, None
 
     def _retrieved(self, items: Sequence[Retrieved], actions: list[str]) -> list[Block]:

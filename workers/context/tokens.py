@@ -32,8 +32,10 @@ ENCODING_FOR_MODEL: dict[str, str] = {
 # Chat formats wrap each message in a few tokens of framing.
 MESSAGE_OVERHEAD = 4
 _CACHE_SIZE = 20_000
-# After a newline that a non-space character follows: where ``count_lines`` cuts.
+# After a newline that a non-space character follows: where ``count_pieces`` cuts, in the
+# encodings where no token spans such a cut.
 _PIECES = re.compile(r"(?<=\n)(?=\S)")
+_CUT_SAFELY = frozenset({"cl100k_base", DEFAULT_ENCODING})
 
 
 class Tokenizer:
@@ -63,17 +65,34 @@ class Tokenizer:
         with self._lock:
             self._counts.clear()
 
-    def count_lines(self, text: str) -> int:
-        """``count`` of a multi-line text, piece by piece: a piece met before (a line of an
-        earlier step's state, of another run's recalled memory) costs a lookup.
+    def count_pieces(self, text: str) -> int:
+        """``count`` of a text that shares most of its lines with texts counted before (a
+        step's working state, a run's reference with the recalled memory other runs were
+        shown): known whole, a lookup; else the sum of its pieces' counts, each a lookup
+        when met before, and then known whole.
 
-        The pieces are cut after each newline that a non-space character follows:
-        the encoding splits text into words before it merges their bytes, and a
-        newline ends the word it is in, never starts the next one unless that is
-        whitespace too (blank lines, an indented line: those stay in one piece), so
-        no token spans such a cut and the pieces' counts add up to the text's.
+        The pieces are cut after each newline that a non-space character follows. In
+        cl100k_base a newline can end a pre-token but never starts one that holds a
+        non-space character, so no token spans such a cut and the pieces' counts add
+        up to the text's (blank lines and indents stay inside a piece). Python's
+        whitespace holds all of Unicode's, so a cut is never made where the encoding
+        sees a space. Another encoding is counted whole.
         """
-        return sum(self.count(piece) for piece in _PIECES.split(text))
+        if not text:
+            return 0
+        if self.encoding.name not in _CUT_SAFELY:
+            return self.count(text)
+        with self._lock:
+            cached = self._counts.get(text)
+            if cached is not None:
+                self._counts.move_to_end(text)
+                return cached
+        n = sum(self.count(piece) for piece in _PIECES.split(text))
+        with self._lock:
+            self._counts[text] = n
+            if len(self._counts) > _CACHE_SIZE:
+                self._counts.popitem(last=False)
+        return n
 
     def count_message(self, message: Message) -> int:
         n = MESSAGE_OVERHEAD + self.count(message.content)
