@@ -48,12 +48,19 @@ class Tokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        cached = self._known(text)
+        if cached is not None:
+            return cached
+        return self._keep(text, len(self.encoding.encode(text, disallowed_special=())))
+
+    def _known(self, text: str) -> int | None:
         with self._lock:
             cached = self._counts.get(text)
             if cached is not None:
                 self._counts.move_to_end(text)
-                return cached
-        n = len(self.encoding.encode(text, disallowed_special=()))
+            return cached
+
+    def _keep(self, text: str, n: int) -> int:
         with self._lock:
             self._counts[text] = n
             if len(self._counts) > _CACHE_SIZE:
@@ -82,17 +89,10 @@ class Tokenizer:
             return 0
         if self.encoding.name not in _CUT_SAFELY:
             return self.count(text)
-        with self._lock:
-            cached = self._counts.get(text)
-            if cached is not None:
-                self._counts.move_to_end(text)
-                return cached
-        n = sum(self.count(piece) for piece in _PIECES.split(text))
-        with self._lock:
-            self._counts[text] = n
-            if len(self._counts) > _CACHE_SIZE:
-                self._counts.popitem(last=False)
-        return n
+        cached = self._known(text)
+        if cached is not None:
+            return cached
+        return self._keep(text, sum(self.count(piece) for piece in _PIECES.split(text)))
 
     def count_message(self, message: Message) -> int:
         n = MESSAGE_OVERHEAD + self.count(message.content)
