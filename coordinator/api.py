@@ -85,6 +85,58 @@ def operator() -> str:
         return "cli:unknown"
 
 
+def job_spec(
+    goal: str,
+    *,
+    settings: Settings,
+    scenario: Scenario = Scenario.AGENTS,
+    fanout: int = 3,
+    max_attempts: int | None = None,
+    token_budget: int = 0,
+    tenant: str = "default",
+    user: str = "default",
+    idempotency_key: str = "",
+    workspace: ImportReport | None = None,
+    check: str = "",
+    approve: tuple[str, ...] = (),
+    priority: int = 0,
+    budget_usd: float = 0.0,
+) -> JobSpec:
+    """The job ``Client.submit`` queues for these arguments (its own), checked: a bad one
+    raises here, before anything is sent — ``CoordinatorError`` for ``approve`` and
+    ``check``, pydantic's ``ValidationError`` naming the field for the rest."""
+    from workers.roles import APPROVABLE
+    from workers.sandbox import command_args
+
+    unknown = sorted(set(approve) - APPROVABLE)
+    if unknown:
+        raise CoordinatorError(
+            f"--approve: {unknown[0]!r} is not a tool that acts; one of "
+            f"{', '.join(sorted(APPROVABLE))}"
+        )
+    if check:
+        try:
+            command_args(check)  # {item} only as an argument of its own: refused now
+        except ToolRefused as exc:
+            raise CoordinatorError(f"--check: {exc}") from exc
+    return JobSpec(
+        goal=goal,
+        scenario=scenario,
+        fanout=fanout,
+        max_attempts=settings.max_attempts if max_attempts is None else max_attempts,
+        token_budget=token_budget,
+        tenant=tenant,
+        user=user,
+        idempotency_key=idempotency_key,
+        workspace=workspace.tree if workspace else "",
+        workspace_commit=workspace.commit if workspace else "",
+        check=check,
+        approve=",".join(approve),
+        priority=priority,
+        budget_usd=budget_usd,
+    )
+
+
 class WaitTimeout(CoordinatorError):
     """The job had not finished when the wait gave up; it was not cancelled."""
 
@@ -227,39 +279,28 @@ class Client:
         ``priority``: 0-9, its model calls' place (higher first) while a route is busy;
         ``budget_usd``: what all its calls may cost, at their routes' prices (0: no limit).
         """
-        from workers.roles import APPROVABLE
-        from workers.sandbox import command_args
-
-        unknown = sorted(set(approve) - APPROVABLE)
-        if unknown:
-            raise CoordinatorError(
-                f"--approve: {unknown[0]!r} is not a tool that acts; one of "
-                f"{', '.join(sorted(APPROVABLE))}"
-            )
-        if check:
-            try:
-                command_args(check)  # {item} only as an argument of its own: refused now
-            except ToolRefused as exc:
-                raise CoordinatorError(f"--check: {exc}") from exc
         tenant = self.tenant(tenant)
-        if isinstance(workspace, Path):
-            workspace = self.import_workspace(workspace, tenant=tenant)
-        spec = JobSpec(
-            goal=goal,
+        spec = job_spec(  # every field checked before a folder is imported
+            goal,
+            settings=self.settings,
             scenario=scenario,
             fanout=fanout,
-            max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
+            max_attempts=max_attempts,
             token_budget=token_budget,
             tenant=tenant,
             user=user,
             idempotency_key=idempotency_key,
-            workspace=workspace.tree if workspace else "",
-            workspace_commit=workspace.commit if workspace else "",
+            workspace=workspace if isinstance(workspace, ImportReport) else None,
             check=check,
-            approve=",".join(approve),
+            approve=approve,
             priority=priority,
             budget_usd=budget_usd,
         )
+        if isinstance(workspace, Path):
+            imported = self.import_workspace(workspace, tenant=tenant)
+            spec = spec.model_copy(
+                update={"workspace": imported.tree, "workspace_commit": imported.commit}
+            )
         return self.state.jobs.submit(spec).job_id
 
     def cancel(self, job_id: str, *, reason: str = "cancelled by user") -> None:

@@ -620,7 +620,7 @@ def submit(
     `redfleet apply JOB_ID --repo PATH` makes them a branch.
     """
     from . import views
-    from .api import Client
+    from .api import Client, job_spec
     from .connection import open_state
 
     if timeout_s is not None and not wait:
@@ -635,6 +635,20 @@ def submit(
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CoordinatorError(f"--memory-file: cannot read {memory_file}: {why}") from exc
+    asked = {
+        "scenario": scenario,
+        "fanout": fanout,
+        "max_attempts": max_attempts,
+        "token_budget": token_budget,
+        "user": user,
+        "idempotency_key": idempotency_key or "",
+        "check": check,
+        "approve": tuple(n.strip() for n in (approve or "").split(",") if n.strip()),
+        "priority": priority,
+        "budget_usd": budget_usd,
+    }
+    # Checked before connecting: a usage error starts no server and writes nothing.
+    job_spec(goal, settings=settings, tenant=tenant or settings.tenant or "default", **asked)
     with open_state(settings) as state:
         client = Client(state, settings=settings)
         if document is not None:
@@ -650,21 +664,7 @@ def submit(
                     progress=advance,
                 )
             print(f"redfleet: {one_line(imported.line())}", file=sys.stderr)
-        job_id = client.submit(
-            goal,
-            scenario=scenario,
-            fanout=fanout,
-            max_attempts=max_attempts,
-            token_budget=token_budget,
-            tenant=tenant,
-            user=user,
-            idempotency_key=idempotency_key or "",
-            workspace=imported,
-            check=check,
-            approve=tuple(n.strip() for n in (approve or "").split(",") if n.strip()),
-            priority=priority,
-            budget_usd=budget_usd,
-        )
+        job_id = client.submit(goal, tenant=tenant, workspace=imported, **asked)
         if not wait:
             if as_json:
                 doc: dict[str, object] = {"job_id": job_id}

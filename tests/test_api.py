@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from pydantic import ValidationError
 
 from coordinator import Client, Progress, WaitTimeout
 from shared_state import JobNotFound, Scenario, State, TaskStatus
@@ -73,3 +74,17 @@ def test_a_retry_that_sets_a_budget_ends_the_runs_the_jobs_end_left_open_first(
     assert task.status == TaskStatus.QUEUED and task.owner == ""
     again = state.tasks.claim(job.job_id, running, "w3", 60_000, open_run=opening)
     assert again is not None and again.opened is not None and again.opened.budgeted
+
+
+def test_a_submit_with_a_bad_field_refuses_before_it_imports_the_folder(
+    state: State, tmp_path
+) -> None:
+    """Every field is checked first: a blank goal does not store the folder's files."""
+    (tmp_path / "a.py").write_text("print('a')\n")
+    client = Client(state)
+    with pytest.raises(ValidationError, match="must not be blank"):
+        client.submit("  ", workspace=tmp_path)
+    assert state.client.dbsize() == 0
+    job_id = client.submit("with files", workspace=tmp_path, scenario=Scenario.NOOP)
+    job = state.jobs.get(job_id)
+    assert job.workspace.startswith("t-") and job.workspace_commit == ""

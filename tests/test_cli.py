@@ -192,6 +192,24 @@ def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_pa
         run("server", "stop", url=None, home=home)  # never leave a server behind
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("submit", ""), "goal: must not be blank"),
+        (("submit", "g", "--user", "a b"), "user"),
+        (("submit", "g", "--approve", "rm_rf"), "--approve: 'rm_rf'"),
+    ],
+)
+def test_a_submit_refused_for_its_input_starts_no_embedded_server(tmp_path, args, needle) -> None:
+    home = str(tmp_path)
+    try:
+        assert_one_line_error(run(*args, url=None, home=home), needle)
+        stopped = run("server", "status", "--json", url=None, home=home).stdout
+        assert json.loads(stopped) == {"running": False}
+    finally:
+        run("server", "stop", url=None, home=home)
+
+
 def test_demo_fixes_and_extends_the_sample_repository_reviewed_by_its_own_tests(tmp_path) -> None:
     home = str(tmp_path / "home")
     try:
