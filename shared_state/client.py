@@ -33,6 +33,7 @@ import os
 import re
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -44,7 +45,9 @@ import hiredis
 import redis
 from redis import DriverInfo
 from redis.backoff import EqualJitterBackoff
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
+from redis.exceptions import ExecAbortError, WatchError
 from redis.retry import Retry
 from redis.sentinel import (
     MasterNotFoundError,
@@ -238,6 +241,40 @@ def _in_step(conn: redis.connection.AbstractConnection, attempt: Callable[[], An
         raise
 
 
+def _exchange(
+    conn: redis.connection.AbstractConnection, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """``commands`` sent in one write, and their replies in order, an error reply as its
+    ``ResponseError``: what ``send_packed_command`` and a ``read_response`` a reply do,
+    with the work ``read_response`` does around each reply done once a round trip (it
+    formats the host's name for an error that may not come and reads the clock for the
+    health check: ~2 µs a reply, a third of a pipelined command's client CPU). Its errors
+    are redis-py's; it runs in ``_in_step``, which drops the connection on any of them."""
+    pack = conn._command_packer.pack
+    conn.send_packed_command([b"".join([chunk for args in commands for chunk in pack(*args)])])
+    read = conn._parser.read_response  # a RESP3 push frame is handled inside, as ever
+    try:
+        replies = [read() for _ in commands]
+    except (TimeoutError, redis.TimeoutError) as exc:  # the socket's, the parser's
+        raise redis.TimeoutError(f"Timeout reading from {conn._host_error()}") from exc
+    except OSError as exc:
+        raise redis.ConnectionError(
+            f"Error while reading from {conn._host_error()} : {exc.args}"
+        ) from exc
+    if conn.health_check_interval:
+        conn.next_health_check = time.monotonic() + conn.health_check_interval
+    return replies
+
+
+def _exchangeable(conn: redis.connection.AbstractConnection, stack: list[Queued]) -> bool:
+    """Whether ``_exchange`` may send ``stack`` on ``conn`` (connected): not a command read
+    undecoded (DUMP, INFO) or answered without being sent (MGET of no keys), nor on a
+    connection that fell back to RESP2, whose replies take other callbacks."""
+    return not getattr(conn, "_resp2_fallback", False) and not any(
+        NEVER_DECODE in options or EMPTY_RESPONSE in options for _, options in stack if options
+    )
+
+
 class _Pin:
     """A thread's connection, closed when the thread ends and its locals go: a connection
     sits in reference cycles (its notification handlers) that only the collector frees,
@@ -278,15 +315,51 @@ class _Pipeline(redis.client.Pipeline):
         if not stack:
             return []
         multi = self.transaction or self.explicit_transaction
-        send = self._execute_transaction if multi else self._execute_pipeline
+
+        def send() -> list[Any]:
+            if not _exchangeable(conn, stack):
+                redis_py = self._execute_transaction if multi else self._execute_pipeline
+                return redis_py(conn, stack, raise_on_error)
+            answers = self._transaction(conn, stack) if multi else self._pipelined(conn, stack)
+            if raise_on_error:
+                self.raise_first_error(stack, answers)
+            return answers
+
         # Held as the pipeline's while it runs (a short EXEC reply disconnects
         # ``self.connection``), and let go before ``reset``, which would hand it to the pool.
         self.connection = conn = self._client.pinned()
         try:
-            return _in_step(conn, lambda: send(conn, stack, raise_on_error))
+            return _in_step(conn, send)
         finally:
             self.connection = None
             self.reset()
+
+    def _pipelined(self, conn: redis.connection.AbstractConnection, stack: list[Queued]) -> list:
+        return self._answers(stack, _exchange(conn, [args for args, _ in stack]))
+
+    def _transaction(self, conn: redis.connection.AbstractConnection, stack: list[Queued]) -> list:
+        """``stack`` in MULTI/EXEC, answered as redis-py's ``_execute_transaction`` answers:
+        a command refused as it was queued aborts the EXEC and is raised (numbered as in
+        the pipeline); an error as a command ran is in its place."""
+        *queued, executed = _exchange(conn, [("MULTI",), *(a for a, _ in stack), ("EXEC",)])
+        if isinstance(executed, redis.ResponseError):
+            refused = [(n, r) for n, r in enumerate(queued) if isinstance(r, redis.ResponseError)]
+            if not refused or not isinstance(executed, ExecAbortError):
+                raise executed
+            number, error = refused[0]
+            if number:  # not MULTI's own
+                self.annotate_exception(error, number, stack[number - 1][0])
+            raise error
+        if executed is None:  # only after a WATCH, which takes redis-py's own path
+            raise WatchError("Watched variable changed.")
+        if len(executed) != len(stack):
+            conn.disconnect()
+            raise redis.ResponseError("Wrong number of response items from pipeline execution")
+        return self._answers(stack, executed)
+
+    def _answers(self, stack: list[Queued], replies: list[Any]) -> list[Any]:
+        answer = self._client.answer
+        return [answer(a, options, r) for (a, options), r in zip(stack, replies, strict=True)]
 
     def reset(self) -> None:
         # A pooled connection (a WATCH's): ``execute`` lets go of the thread's own first.
@@ -380,9 +453,30 @@ class Client(redis.Redis):
                 if unread:  # maybe sent, maybe not: with the next command, again
                     self._pins.carried = carried
                 raise
-        return _in_step(
-            conn, lambda: self._send_command_parse_response(conn, args[0], *args, **options)
-        )
+        return _in_step(conn, lambda: self._send_one(conn, args, options))
+
+    def _send_one(
+        self, conn: redis.connection.AbstractConnection, args: tuple[Any, ...], options: dict
+    ) -> Any:
+        if not _exchangeable(conn, [(args, options)]):
+            return self._send_command_parse_response(conn, args[0], *args, **options)
+        (reply,) = _exchange(conn, [args])
+        answer = self.answer(args, options, reply)
+        if isinstance(answer, redis.ResponseError):
+            raise answer
+        return answer
+
+    def answer(self, args: tuple[Any, ...], options: dict[str, Any], reply: Any) -> Any:
+        """``reply`` to ``args`` as redis-py's ``parse_response`` returns it: through the
+        command's callback, an error reply as it is (not raised)."""
+        if isinstance(reply, redis.ResponseError):
+            return reply
+        callback = self.response_callbacks.get(args[0])
+        if callback is None:
+            return reply
+        if options:
+            options = {name: v for name, v in options.items() if name != "keys"}
+        return callback(reply, **options)
 
     def _send_carrying(
         self,
@@ -392,23 +486,23 @@ class Client(redis.Redis):
         options: dict[str, Any],
     ) -> Any:
         if not unread:
-            return self._send_command_parse_response(conn, args[0], *args, **options)
+            return self._send_one(conn, args, options)
         commands, refused = unread[0]
-        conn.send_packed_command(
-            conn.pack_commands([("MULTI",), *(c for c, _ in commands), ("EXEC",), args])
-        )
-        error: Exception | None = None
-        for _ in range(len(commands) + 2):  # MULTI's OK, each QUEUED, EXEC's (read as is)
-            try:
-                reply = conn.read_response()
-            except redis.ResponseError as exc:  # the connection is in step: read on
-                error = error or exc
-                continue
-            if isinstance(reply, list):  # EXEC's: a command that failed as it ran
-                error = error or next((r for r in reply if isinstance(r, Exception)), None)
+        carried = [("MULTI",), *(c for c, _ in commands), ("EXEC",)]
+        plain = _exchangeable(conn, [(args, options)])  # else redis-py reads its reply, after
+        replies = _exchange(conn, [*carried, args] if plain else carried)
         unread.clear()
+        # MULTI's OK, each QUEUED, then EXEC's list: the first error of any is the refusal.
+        *queued, executed = replies[: len(carried)]
+        executed = executed if isinstance(executed, list) else [executed]
+        error = next((r for r in [*queued, *executed] if isinstance(r, Exception)), None)
         try:
-            return self.parse_response(conn, args[0], **options)
+            if not plain:
+                return self._send_one(conn, args, options)
+            answer = self.answer(args, options, replies[-1])
+            if isinstance(answer, redis.ResponseError):
+                raise answer
+            return answer
         finally:
             if error is not None:
                 refused(error)

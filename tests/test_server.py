@@ -328,6 +328,90 @@ def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
         rq_client.close()
 
 
+def _outcome(call: Callable[[], Any]) -> Any:
+    """What a call returned, or the kind and text of what it raised."""
+    try:
+        return call()
+    except redis.RedisError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
+    """Commands with reply callbacks, error replies and the replies redis-py reads its own
+    way (INFO undecoded, MGET of no keys never sent), alone and in pipelines."""
+    r.flushall()
+
+    def pipeline(transaction: bool, raise_on_error: bool, unsent: bool = False) -> Any:
+        pipe = r.pipeline(transaction=transaction)
+        pipe.set("s", "1").incr("s").hset("h", mapping={"a": 1, "b": "x"}).hgetall("h")
+        pipe.zadd("z", {"m": 1.5}).zrange("z", 0, -1, withscores=True).expire("h", 100)
+        pipe.set("s", "2", nx=True).hincrby("h", "b", 1).get("s").exists("s", "h", "none")
+        if unsent:
+            pipe.mget([])
+        pipe.ttl("h").lpush("s", "x").echo("last")
+        return pipe.execute(raise_on_error=raise_on_error)
+
+    def refused_as_queued() -> Any:
+        pipe = r.pipeline(transaction=True)
+        pipe.set("q", "1").execute_command("NO-SUCH-COMMAND").incr("q")
+        return pipe.execute()
+
+    calls: list[Callable[[], Any]] = [
+        lambda: r.set("k", "v"),
+        lambda: r.set("k", "w", nx=True),
+        lambda: r.get("k"),
+        lambda: r.incr("k"),  # an error reply: not an integer
+        lambda: r.hset("h2", mapping={"n": 2}),
+        lambda: r.hgetall("h2"),
+        lambda: r.hgetall("missing"),
+        lambda: r.zadd("z2", {"a": 1, "b": 2}),
+        lambda: r.zrange("z2", 0, -1, withscores=True),
+        lambda: r.expire("h2", 50),
+        lambda: r.ttl("h2"),
+        lambda: r.mget([]),
+        lambda: r.mget(["k", "missing"]),
+        lambda: r.evalsha("0" * 40, 0),
+        lambda: r.eval("return {1, 'two', {3}}", 0),
+        lambda: "redis_version" in r.info("server"),
+        lambda: pipeline(transaction=False, raise_on_error=False),
+        lambda: pipeline(transaction=True, raise_on_error=False),
+        lambda: pipeline(transaction=False, raise_on_error=True),
+        lambda: pipeline(transaction=True, raise_on_error=True),
+        lambda: pipeline(transaction=False, raise_on_error=False, unsent=True),
+        lambda: pipeline(transaction=True, raise_on_error=False, unsent=True),
+        refused_as_queued,
+        lambda: r.get("q"),  # nothing of the refused transaction ran
+    ]
+    outcomes = [_outcome(call) for call in calls]
+    # Pipelines answer an error reply in its place: its kind and text, comparable.
+    return [
+        [(type(o).__name__, str(o)) if isinstance(o, Exception) else o for o in outcome]
+        if isinstance(outcome, list)
+        else outcome
+        for outcome in outcomes
+    ]
+
+
+def test_a_client_answers_every_command_and_pipeline_as_redis_py_does(
+    redis_server: RedisServer,
+) -> None:
+    """A thread's commands and pipelines are sent and read in one go a round trip, past
+    redis-py's per-reply layers: every answer — through its reply callback, an error reply
+    raised or in its place, a transaction refused as it was queued — is what redis-py's own
+    client answers on the same server."""
+    ours = connect(redis_server.url)
+    theirs = redis.Redis(port=redis_server.port)
+    try:
+        expected = _commands_and_pipelines(theirs)
+        assert _commands_and_pipelines(ours) == expected
+        assert ("ResponseError", "value is not an integer or out of range") in expected
+        assert ("NoScriptError", "No matching script. Please use EVAL.") in expected
+        assert [1, b"two", [3]] in expected
+    finally:
+        ours.close()
+        theirs.close()
+
+
 class _Interrupted(Exception):
     pass
 
@@ -364,16 +448,17 @@ def test_each_thread_keeps_one_connection_and_none_is_left_mid_reply(redis_url: 
         for interrupted in (
             lambda: client.get("k"),
             lambda: client.pipeline(transaction=False).get("k").get("k").execute(),
+            lambda: client.pipeline(transaction=True).get("k").get("k").execute(),
         ):
             # A signal's exception after the command went out, before its reply was read.
-            conn = client.pinned()
-            read = conn.read_response
+            parser = client.pinned()._parser
+            read = parser.read_response
 
-            def interrupt(*_args: Any, conn: Any = conn, read: Any = read, **_kw: Any) -> Any:
-                conn.read_response = read
+            def interrupt(*_args: Any, parser: Any = parser, read: Any = read, **_kw: Any) -> Any:
+                parser.read_response = read
                 raise _Interrupted
 
-            conn.read_response = interrupt
+            parser.read_response = interrupt
             with pytest.raises(_Interrupted):
                 interrupted()
             # The GET's reply ("v") is not what these read.
