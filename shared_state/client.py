@@ -47,9 +47,10 @@ from redis import DriverInfo
 from redis.backoff import EqualJitterBackoff
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
-from redis.exceptions import ExecAbortError, WatchError
+from redis.exceptions import ExecAbortError, ReadOnlyError, WatchError
 from redis.retry import Retry
 from redis.sentinel import (
+    DEMOTED_MASTER_UNBLOCKED_ERROR,
     MasterNotFoundError,
     Sentinel,
     SentinelConnectionPool,
@@ -241,20 +242,27 @@ def _in_step(conn: redis.connection.AbstractConnection, attempt: Callable[[], An
         raise
 
 
-def _exchange(
-    conn: redis.connection.AbstractConnection, commands: list[tuple[Any, ...]]
-) -> list[Any]:
-    """``commands`` sent in one write, and their replies in order, an error reply as its
-    ``ResponseError``: what ``send_packed_command`` and a ``read_response`` a reply do,
-    with the work ``read_response`` does around each reply done once a round trip (it
+def _send(conn: redis.connection.AbstractConnection, commands: list[tuple[Any, ...]]) -> None:
+    """``commands`` in one write (a large value's own buffer is sent as it is, uncopied)."""
+    pack = conn._command_packer.pack
+    chunks = [chunk for args in commands for chunk in pack(*args)]
+    if not any(type(chunk) is memoryview for chunk in chunks):
+        chunks = [b"".join(chunks)]
+    conn.send_packed_command(chunks)  # connects first if need be; checks health
+
+
+def _read(conn: redis.connection.AbstractConnection, count: int) -> list[Any]:
+    """The next ``count`` replies on ``conn``, an error reply as its ``ResponseError``: what
+    ``read_response`` reads each, with the work it does around every reply done once (it
     formats the host's name for an error that may not come and reads the clock for the
     health check: ~2 µs a reply, a third of a pipelined command's client CPU). Its errors
-    are redis-py's; it runs in ``_in_step``, which drops the connection on any of them."""
-    pack = conn._command_packer.pack
-    conn.send_packed_command([b"".join([chunk for args in commands for chunk in pack(*args)])])
+    are redis-py's; it runs in ``_in_step``, which drops the connection on any of them.
+    A Sentinel's primary that answers as a replica (READONLY; or UNBLOCKED, a blocked
+    command's on its demotion) is a lost connection, as redis-py's Sentinel connection
+    makes it: retried, the next dial asks the sentinels where the primary is now."""
     read = conn._parser.read_response  # a RESP3 push frame is handled inside, as ever
     try:
-        replies = [read() for _ in commands]
+        replies = [read() for _ in range(count)]
     except (TimeoutError, redis.TimeoutError) as exc:  # the socket's, the parser's
         raise redis.TimeoutError(f"Timeout reading from {conn._host_error()}") from exc
     except OSError as exc:
@@ -263,16 +271,39 @@ def _exchange(
         ) from exc
     if conn.health_check_interval:
         conn.next_health_check = time.monotonic() + conn.health_check_interval
+    if isinstance(conn, SentinelManagedConnection) and conn.connection_pool.is_master:
+        for reply in replies:
+            if isinstance(reply, ReadOnlyError) or (
+                isinstance(reply, redis.ResponseError)
+                and str(reply).startswith(DEMOTED_MASTER_UNBLOCKED_ERROR)
+            ):
+                conn.disconnect()
+                raise redis.ConnectionError("The previous master is now a slave")
     return replies
+
+
+def _exchange(
+    conn: redis.connection.AbstractConnection, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """``commands`` sent in one write, and their replies in order (``_read``)."""
+    _send(conn, commands)
+    return _read(conn, len(commands))
 
 
 def _exchangeable(conn: redis.connection.AbstractConnection, stack: list[Queued]) -> bool:
     """Whether ``_exchange`` may send ``stack`` on ``conn`` (connected): not a command read
-    undecoded (DUMP, INFO) or answered without being sent (MGET of no keys), nor on a
-    connection that fell back to RESP2, whose replies take other callbacks."""
-    return not getattr(conn, "_resp2_fallback", False) and not any(
-        NEVER_DECODE in options or EMPTY_RESPONSE in options for _, options in stack if options
-    )
+    undecoded (DUMP, INFO), answered without being sent (MGET of no keys) or sent after a
+    step of its own (HIMPORT, whose field set is prepared on the connection first), nor on
+    a connection that fell back to RESP2, whose replies take other callbacks."""
+    if getattr(conn, "_resp2_fallback", False):
+        return False
+    for args, options in stack:
+        if options and (NEVER_DECODE in options or EMPTY_RESPONSE in options):
+            return False
+        name = args[0]
+        if (name[:7] if type(name) is str else str(name[:7], "latin-1")).upper() == "HIMPORT":
+            return False
+    return True
 
 
 class _Pin:
@@ -339,19 +370,23 @@ class _Pipeline(redis.client.Pipeline):
 
     def _transaction(self, conn: redis.connection.AbstractConnection, stack: list[Queued]) -> list:
         """``stack`` in MULTI/EXEC, answered as redis-py's ``_execute_transaction`` answers:
-        a command refused as it was queued aborts the EXEC and is raised (numbered as in
-        the pipeline); an error as a command ran is in its place."""
+        a command refused as it was queued is in its place, numbered as in the pipeline
+        (and raised, if it aborted the EXEC); an error as a command ran is in its place."""
         *queued, executed = _exchange(conn, [("MULTI",), *(a for a, _ in stack), ("EXEC",)])
+        refused = []
+        for number, reply in enumerate(queued):
+            if isinstance(reply, redis.ResponseError):
+                if number:  # not MULTI's own
+                    self.annotate_exception(reply, number, stack[number - 1][0])
+                refused.append((max(number - 1, 0), reply))
         if isinstance(executed, redis.ResponseError):
-            refused = [(n, r) for n, r in enumerate(queued) if isinstance(r, redis.ResponseError)]
-            if not refused or not isinstance(executed, ExecAbortError):
-                raise executed
-            number, error = refused[0]
-            if number:  # not MULTI's own
-                self.annotate_exception(error, number, stack[number - 1][0])
-            raise error
+            if refused and isinstance(executed, ExecAbortError):
+                raise refused[0][1]
+            raise executed
         if executed is None:  # only after a WATCH, which takes redis-py's own path
             raise WatchError("Watched variable changed.")
+        for at, error in refused:
+            executed.insert(at, error)
         if len(executed) != len(stack):
             conn.disconnect()
             raise redis.ResponseError("Wrong number of response items from pipeline execution")
@@ -489,17 +524,18 @@ class Client(redis.Redis):
             return self._send_one(conn, args, options)
         commands, refused = unread[0]
         carried = [("MULTI",), *(c for c, _ in commands), ("EXEC",)]
-        plain = _exchangeable(conn, [(args, options)])  # else redis-py reads its reply, after
-        replies = _exchange(conn, [*carried, args] if plain else carried)
+        plain = _exchangeable(conn, [(args, options)])  # else redis-py sends it, after
+        _send(conn, [*carried, args] if plain else carried)
+        *queued, executed = _read(conn, len(carried))
+        # Answered: a retry from here sends the command alone (a blocking one may time out).
         unread.clear()
         # MULTI's OK, each QUEUED, then EXEC's list: the first error of any is the refusal.
-        *queued, executed = replies[: len(carried)]
         executed = executed if isinstance(executed, list) else [executed]
         error = next((r for r in [*queued, *executed] if isinstance(r, Exception)), None)
         try:
             if not plain:
                 return self._send_one(conn, args, options)
-            answer = self.answer(args, options, replies[-1])
+            answer = self.answer(args, options, _read(conn, 1)[0])
             if isinstance(answer, redis.ResponseError):
                 raise answer
             return answer

@@ -156,6 +156,33 @@ def test_a_thread_drops_its_connection_to_a_primary_the_sentinels_no_longer_name
         new.stop()
 
 
+def test_a_primary_demoted_under_its_clients_is_left_for_the_one_the_sentinels_name() -> None:
+    """A primary made a replica without its clients cut answers their writes READONLY:
+    that is a lost connection (as redis-py's Sentinel connection makes it), so the write
+    is sent again to the primary the sentinels name now — a command, a pipeline and a
+    transaction alike."""
+    old, new = RedisServer().start(), RedisServer().start()
+    sentinels = _Sentinels(("127.0.0.1", old.port))
+    pool = SentinelConnectionPool("rf", sentinels, **ClientOptions().kwargs())
+    client = Client(connection_pool=pool)
+    admin = redis.Redis.from_url(old.url)
+    try:
+        client.set("x", "old")
+        sentinels.primary = ("127.0.0.1", new.port)
+        admin.replicaof("127.0.0.1", new.port)  # demoted: its clients stay connected
+        assert client.set("x", "one") is True
+        assert client.pipeline(transaction=False).set("y", "two").execute() == [True]
+        assert client.pipeline(transaction=True).set("z", "three").execute() == [True]
+        seen = redis.Redis.from_url(new.url)
+        assert seen.mget("x", "y", "z") == [b"one", b"two", b"three"]
+        seen.close()
+    finally:
+        admin.close()
+        client.close()
+        old.stop()
+        new.stop()
+
+
 def test_a_write_no_replica_acknowledged_is_sent_again_not_taken_as_done(
     deployment: Deployment,
 ) -> None:

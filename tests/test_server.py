@@ -24,6 +24,7 @@ from rq.job import JobStatus
 
 from coordinator.connection import Embedded
 from shared_state import ConnectionFailed, RedisServer, State, StateError, free_port
+from shared_state import client as client_module
 from shared_state.client import PACKER, ClientOptions, connect, sibling
 
 from .conftest import wait_for
@@ -356,6 +357,12 @@ def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
         pipe.set("q", "1").execute_command("NO-SUCH-COMMAND").incr("q")
         return pipe.execute()
 
+    def refused_without_aborting(raise_on_error: bool) -> Any:
+        """A WATCH inside the MULTI is refused as it is queued, and the rest runs."""
+        pipe = r.pipeline(transaction=True)
+        pipe.set("w", "1").execute_command("watch", "w").get("w")
+        return pipe.execute(raise_on_error=raise_on_error)
+
     calls: list[Callable[[], Any]] = [
         lambda: r.set("k", "v"),
         lambda: r.set("k", "w", nx=True),
@@ -381,6 +388,8 @@ def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
         lambda: pipeline(transaction=True, raise_on_error=False, unsent=True),
         refused_as_queued,
         lambda: r.get("q"),  # nothing of the refused transaction ran
+        lambda: refused_without_aborting(raise_on_error=False),
+        lambda: refused_without_aborting(raise_on_error=True),
     ]
     outcomes = [_outcome(call) for call in calls]
     # Pipelines answer an error reply in its place: its kind and text, comparable.
@@ -393,7 +402,7 @@ def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
 
 
 def test_a_client_answers_every_command_and_pipeline_as_redis_py_does(
-    redis_server: RedisServer,
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A thread's commands and pipelines are sent and read in one go a round trip, past
     redis-py's per-reply layers: every answer — through its reply callback, an error reply
@@ -401,9 +410,16 @@ def test_a_client_answers_every_command_and_pipeline_as_redis_py_does(
     client answers on the same server."""
     ours = connect(redis_server.url)
     theirs = redis.Redis(port=redis_server.port)
+    read = client_module._read
+    reads: list[int] = []
+    monkeypatch.setattr(client_module, "_read", lambda conn, n: reads.append(n) or read(conn, n))
     try:
         expected = _commands_and_pipelines(theirs)
+        assert reads == []
         assert _commands_and_pipelines(ours) == expected
+        # All read in one go (the FLUSHALL first and 26 calls) but for what redis-py reads
+        # its own way: INFO, MGET of no keys and the two pipelines with one.
+        assert len(reads) == 1 + 26 - 4 and max(reads) == 1 + 14 + 1  # MULTI, 14 commands, EXEC
         assert ("ResponseError", "value is not an integer or out of range") in expected
         assert ("NoScriptError", "No matching script. Please use EVAL.") in expected
         assert [1, b"two", [3]] in expected
@@ -592,6 +608,16 @@ def test_what_a_client_carries_goes_as_one_multi_ahead_of_its_threads_next_comma
         assert client.drop_carried() == 1
         assert client.get("k") == b"x"  # the SET before the failed INCR ran; none since
         client.close()
+
+        # Answered, the carried MULTI is not sent again by the retries of a command that
+        # carried it and then timed out (a slot's blocking dequeue).
+        quick = connect(proxy.url, ClientOptions(socket_timeout_s=0.3, retries=2))
+        quick.ping()
+        quick.carry([(("INCR", "counted"), {})], refused.append)
+        with pytest.raises(ConnectionFailed, match="Timeout"):
+            quick.blpop(["empty"], 2)
+        assert quick.get("counted") == b"1"
+        quick.close()
 
         brittle = connect(proxy.url, ClientOptions(retries=0))
         brittle.ping()
