@@ -22,7 +22,10 @@ once: without it redis-py looks its own version up in the package metadata for e
 new connection (~0.5 ms of CPU, and a slot's pool grows with the tasks it runs),
 and puts a command on the wire with one hiredis call where it can (``Packer``). A
 ``Client`` gives each thread a connection of its own for its commands and pipelines
-(``Client.pinned``), outside redis-py's pool and its per-round-trip bookkeeping.
+(``Client.pinned``), outside redis-py's pool and its per-round-trip bookkeeping, and
+sends a round trip's commands in one write and reads their replies in one go
+(``_exchange``), past redis-py's per-reply layers: the answers are redis-py's, through
+its reply callbacks (``tests/test_server.py`` compares them with its own client's).
 """
 
 from __future__ import annotations
@@ -301,9 +304,13 @@ def _exchangeable(conn: redis.connection.AbstractConnection, stack: list[Queued]
         if options and (NEVER_DECODE in options or EMPTY_RESPONSE in options):
             return False
         name = args[0]
-        if (name[:7] if type(name) is str else str(name[:7], "latin-1")).upper() == "HIMPORT":
+        if name.startswith(_HIMPORT if type(name) is str else _HIMPORT_BYTES):
             return False
     return True
+
+
+_HIMPORT = ("HIMPORT", "himport")  # as redis-py and a caller spell it (neither is redfleet)
+_HIMPORT_BYTES = (b"HIMPORT", b"himport")
 
 
 class _Pin:
@@ -421,7 +428,8 @@ class Client(redis.Redis):
     before; on Sentinel a connection to a primary the sentinels no longer name is
     dropped before its next round trip, as the pool drops one handed back. A pipeline
     that WATCHes takes a pooled connection, as redis-py's does. ``close`` closes every
-    thread's.
+    thread's. A round trip's replies are read in one go and answered through redis-py's
+    reply callbacks (``answer``), but for what redis-py reads its own way (``_exchangeable``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -491,7 +499,10 @@ class Client(redis.Redis):
         return _in_step(conn, lambda: self._send_one(conn, args, options))
 
     def _send_one(
-        self, conn: redis.connection.AbstractConnection, args: tuple[Any, ...], options: dict
+        self,
+        conn: redis.connection.AbstractConnection,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
     ) -> Any:
         if not _exchangeable(conn, [(args, options)]):
             return self._send_command_parse_response(conn, args[0], *args, **options)
