@@ -85,6 +85,18 @@ def operator() -> str:
         return "cli:unknown"
 
 
+def acting_tenant(given: str | None, scope: str | None) -> str:
+    """The tenant a submit or import acts for: ``given``, else ``scope`` (the one tenant a
+    client is for, if it is for one), else default. ``CoordinatorError`` for a name that
+    is not one, or another tenant than ``scope``."""
+    if given is not None and scope is not None and given != scope:
+        raise CoordinatorError(f"tenant: this client acts for tenant {scope!r} only, not {given!r}")
+    try:
+        return check_name(given or scope or "default", "tenant")
+    except ValueError as exc:
+        raise CoordinatorError(f"--tenant: {exc}") from None
+
+
 def job_spec(
     goal: str,
     *,
@@ -228,15 +240,7 @@ class Client:
 
         A client scoped to one tenant refuses to act for another.
         """
-        scope = self.state.tenant
-        if given is not None and scope is not None and given != scope:
-            raise CoordinatorError(
-                f"tenant: this client acts for tenant {scope!r} only, not {given!r}"
-            )
-        try:
-            return check_name(given or scope or "default", "tenant")
-        except ValueError as exc:
-            raise CoordinatorError(f"--tenant: {exc}") from None
+        return acting_tenant(given, self.state.tenant)
 
     def close(self) -> None:
         self.state.close()

@@ -620,7 +620,7 @@ def submit(
     `redfleet apply JOB_ID --repo PATH` makes them a branch.
     """
     from . import views
-    from .api import Client, job_spec
+    from .api import Client, acting_tenant, job_spec
     from .connection import open_state
 
     if timeout_s is not None and not wait:
@@ -648,7 +648,7 @@ def submit(
         "budget_usd": budget_usd,
     }
     # Checked before connecting: a usage error starts no server and writes nothing.
-    job_spec(goal, settings=settings, tenant=tenant or settings.tenant or "default", **asked)
+    job_spec(goal, settings=settings, tenant=acting_tenant(tenant, settings.tenant), **asked)
     with open_state(settings) as state:
         client = Client(state, settings=settings)
         if document is not None:

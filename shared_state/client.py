@@ -246,11 +246,22 @@ def _in_step(conn: redis.connection.AbstractConnection, attempt: Callable[[], An
 
 
 def _send(conn: redis.connection.AbstractConnection, commands: list[tuple[Any, ...]]) -> None:
-    """``commands`` in one write (a large value's own buffer is sent as it is, uncopied)."""
+    """``commands`` in one write: the packed bytes joined, a large value's own buffer (which
+    the packer hands on as a memoryview) between them as it is, uncopied."""
     pack = conn._command_packer.pack
-    chunks = [chunk for args in commands for chunk in pack(*args)]
-    if not any(type(chunk) is memoryview for chunk in chunks):
-        chunks = [b"".join(chunks)]
+    chunks: list[bytes | memoryview] = []
+    joined: list[bytes] = []
+    for args in commands:
+        for chunk in pack(*args):
+            if type(chunk) is memoryview:
+                if joined:
+                    chunks.append(b"".join(joined))
+                    joined = []
+                chunks.append(chunk)
+            else:
+                joined.append(chunk)
+    if joined:
+        chunks.append(b"".join(joined))
     conn.send_packed_command(chunks)  # connects first if need be; checks health
 
 
@@ -295,22 +306,24 @@ def _exchange(
 
 def _exchangeable(conn: redis.connection.AbstractConnection, stack: list[Queued]) -> bool:
     """Whether ``_exchange`` may send ``stack`` on ``conn`` (connected): not a command read
-    undecoded (DUMP, INFO), answered without being sent (MGET of no keys) or sent after a
-    step of its own (HIMPORT, whose field set is prepared on the connection first), nor on
-    a connection that fell back to RESP2, whose replies take other callbacks."""
+    undecoded (INFO, DUMP, …: ``NEVER_DECODE``), one with a stand-in answer for its error
+    reply (MGET of no keys, which a MULTI leaves unsent) or one sent after a step of its
+    own (HIMPORT, whose field set is prepared on the connection first), nor on a
+    connection that fell back to RESP2, whose replies take other callbacks."""
     if getattr(conn, "_resp2_fallback", False):
         return False
     for args, options in stack:
         if options and (NEVER_DECODE in options or EMPTY_RESPONSE in options):
             return False
         name = args[0]
-        if name.startswith(_HIMPORT if type(name) is str else _HIMPORT_BYTES):
-            return False
+        if name[:1] in _H:  # most commands end here: one slice, one look-up
+            head = name[:7] if isinstance(name, str) else bytes(name[:7]).decode("latin-1")
+            if head.upper() == "HIMPORT":
+                return False
     return True
 
 
-_HIMPORT = ("HIMPORT", "himport")  # as redis-py and a caller spell it (neither is redfleet)
-_HIMPORT_BYTES = (b"HIMPORT", b"himport")
+_H = frozenset(("h", "H", b"h", b"H"))
 
 
 class _Pin:
@@ -467,7 +480,8 @@ class Client(redis.Redis):
         this thread's next command on this client, in that command's round trip: writes
         that must land before whatever the thread sends next, and need no round trip of
         their own (an envelope's end, ``slots``). A pipeline sent next sends them first,
-        in a round trip of their own. ``refused`` is given the first error of the MULTI
+        in a round trip of their own, and so does a command redis-py reads its own way
+        (``_exchangeable``: INFO, …). ``refused`` is given the first error of the MULTI
         (EXECABORT: out of memory, a command Redis does not know; or one that failed as
         it ran); the command that carried it is answered all the same. Anything raised
         before Redis answered them (a lost connection) keeps them for the next command,
@@ -515,7 +529,7 @@ class Client(redis.Redis):
     def answer(self, args: tuple[Any, ...], options: dict[str, Any], reply: Any) -> Any:
         """``reply`` to ``args`` as redis-py's ``parse_response`` returns it: through the
         command's callback, an error reply as it is (not raised)."""
-        if isinstance(reply, redis.ResponseError):
+        if isinstance(reply, Exception):  # an error reply (a parser's error, as redis-py)
             return reply
         callback = self.response_callbacks.get(args[0])
         if callback is None:

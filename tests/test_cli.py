@@ -198,6 +198,7 @@ def test_without_redis_url_the_cli_starts_an_embedded_server_and_stops_it(tmp_pa
         (("submit", ""), "goal: must not be blank"),
         (("submit", "g", "--user", "a b"), "user"),
         (("submit", "g", "--approve", "rm_rf"), "--approve: 'rm_rf'"),
+        (("--tenant", "acme", "submit", "g", "--tenant", "other"), "for tenant 'acme' only"),
     ],
 )
 def test_a_submit_refused_for_its_input_starts_no_embedded_server(tmp_path, args, needle) -> None:

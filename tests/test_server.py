@@ -269,6 +269,10 @@ class _Codes(enum.IntEnum):
     OK = 0
 
 
+class _Verbs(enum.StrEnum):
+    HGETALL = "HGETALL"
+
+
 def test_every_client_packs_commands_in_one_hiredis_call_as_redis_py_would(
     redis_url: str,
 ) -> None:
@@ -339,7 +343,8 @@ def _outcome(call: Callable[[], Any]) -> Any:
 
 def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
     """Commands with reply callbacks, error replies and the replies redis-py reads its own
-    way (INFO undecoded, MGET of no keys never sent), alone and in pipelines."""
+    way (INFO undecoded, MGET of no keys answered [] for its error reply), alone and in
+    pipelines."""
     r.flushall()
 
     def pipeline(transaction: bool, raise_on_error: bool, unsent: bool = False) -> Any:
@@ -381,6 +386,15 @@ def _commands_and_pipelines(r: redis.Redis) -> list[Any]:
         lambda: r.eval("return {1, 'two', {3}}", 0),
         lambda: "redis_version" in r.info("server"),
         lambda: r.execute_command("HIMPORT", "SET", "k"),  # unknown to this server
+        lambda: r.execute_command(_Verbs.HGETALL, "h2"),  # a name of a str subclass
+        # A large value's buffer (a memoryview) between the packed commands, uncopied.
+        lambda: (
+            r.pipeline(transaction=False)
+            .set("mv", memoryview(b"v" * 70_000))
+            .strlen("mv")
+            .get("k")
+            .execute()
+        ),
         lambda: pipeline(transaction=False, raise_on_error=False),
         lambda: pipeline(transaction=True, raise_on_error=False),
         lambda: pipeline(transaction=False, raise_on_error=True),
@@ -418,9 +432,10 @@ def test_a_client_answers_every_command_and_pipeline_as_redis_py_does(
         expected = _commands_and_pipelines(theirs)
         assert reads == []
         assert _commands_and_pipelines(ours) == expected
-        # All read in one go (the FLUSHALL first and 27 calls) but for what redis-py reads
+        # All read in one go (the FLUSHALL first and 29 calls) but for what redis-py reads
         # its own way: INFO, MGET of no keys, the two pipelines with one, and HIMPORT.
-        assert len(reads) == 1 + 27 - 5 and max(reads) == 1 + 14 + 1  # MULTI, 14 commands, EXEC
+        assert len(reads) == 1 + 29 - 5 and max(reads) == 1 + 14 + 1  # MULTI, 14 commands, EXEC
+        assert [True, 70_000, b"v"] in expected
         assert ("ResponseError", "value is not an integer or out of range") in expected
         assert ("NoScriptError", "No matching script. Please use EVAL.") in expected
         assert [1, b"two", [3]] in expected
