@@ -60,15 +60,23 @@ if ARGV[7] == '*' then
 elseif ARGV[7] ~= '' then
   settleHeld(KEYS[5], ARGV[7], input + tonumber(ARGV[4]), tonumber(ARGV[5]))
 end
-redis.call('HINCRBY', key, 'calls', 1)
-redis.call('HINCRBY', key, 'input_tokens', input)
-redis.call('HINCRBY', key, 'cached_tokens', tonumber(ARGV[3]))
-redis.call('HINCRBY', key, 'output_tokens', tonumber(ARGV[4]))
-redis.call('HINCRBY', key, 'cost_micro_usd', tonumber(ARGV[5]))
-if ARGV[6] == '1' then redis.call('HINCRBY', key, 'compaction_calls', 1) end
-if input > tonumber(redis.call('HGET', key, 'high_water') or '0') then
-  redis.call('HSET', key, 'high_water', input)
+-- The totals in one read and one write (not an HINCRBY a field: each command a script
+-- sends costs the server about as much as a small command's whole work).
+local totals = redis.call('HMGET', key, 'calls', 'input_tokens', 'cached_tokens',
+  'output_tokens', 'cost_micro_usd', 'compaction_calls', 'high_water')
+local function total(i) return tonumber(totals[i] or '0') end
+local sums = {'calls', total(1) + 1, 'input_tokens', total(2) + input,
+  'cached_tokens', total(3) + tonumber(ARGV[3]), 'output_tokens', total(4) + tonumber(ARGV[4]),
+  'cost_micro_usd', total(5) + tonumber(ARGV[5])}
+if ARGV[6] == '1' then
+  sums[#sums + 1] = 'compaction_calls'
+  sums[#sums + 1] = total(6) + 1
 end
+if input > total(7) then
+  sums[#sums + 1] = 'high_water'
+  sums[#sums + 1] = input
+end
+redis.call('HSET', key, unpack(sums))
 local fields = {'event', 'model.called', unpack(ARGV, 8)}
 for _, pair in ipairs({{'input_tokens', 2}, {'cached_tokens', 3}, {'output_tokens', 4},
     {'cost_micro_usd', 5}}) do
