@@ -389,7 +389,35 @@ def test_a_new_result_is_stored_with_its_identifiers_the_step_it_arrives() -> No
     prompt = engine.build(request([*prompt.history, *step(1, "short")]))
     stub = prompt.history[1].content
     assert stub.startswith("[tool result cleared:") and stored.id in stub and "ACCT-7Q2X9" in stub
-    assert len([r for r in sink.refs() if r.kind == "tool-result"]) == 2  # none stored twice
+    # None stored twice; "short" is kept whole, not stored (``KEPT_WHOLE_TOKENS``).
+    assert len([r for r in sink.refs() if r.kind == "tool-result"]) == 1
+    assert prompt.history[-1].content == "short"
+
+
+def test_a_result_no_longer_than_a_stub_stays_whole_and_is_not_stored() -> None:
+    """Clearing it would free nothing (a stub is as long) and storing it would buy nothing:
+    it stays in the context verbatim through a clearing of the results around it, and an
+    identifier it revealed is still one a tool revealed when the model names it."""
+    sink = MemoryArtifacts()
+    policy = ClearingPolicy(trigger=200, keep=0, clear_at_least=100)
+    engine = ContextEngine(sink, budgets=budgets(clearing=policy))
+    short = "wrote ledger ACCT-7Q2X9 (120 bytes)"
+    assert engine.tok.count(short) <= engine_module.KEPT_WHOLE_TOKENS
+    history = [*step(0, words(300)), *step(1, short)]
+    prompt = engine.build(request(history))
+    call = ToolCall(id="c2", name="fetch", arguments={"i": 2})
+    later = [
+        *prompt.history,
+        Message(role="assistant", content="now checking ACCT-7Q2X9", tool_calls=(call,)),
+        Message(role="tool", content="ok", tool_call_id="c2", name="fetch"),
+    ]
+    prompt = engine.build(request(later, state=prompt.state))
+    results = [m for m in prompt.history if m.role == "tool"]
+    assert results[0].content.startswith("[tool result cleared:")  # the long one: cleared
+    assert results[1].content == short and results[1].reduced == ""  # verbatim
+    stored = [sink.text(r.id) for r in sink.refs() if r.kind == "tool-result"]
+    assert stored == [words(300)]
+    assert "ACCT-7Q2X9" in prompt.state.salient
 
 
 def test_a_result_is_known_reduced_by_its_mark_not_by_text_that_looks_like_a_stub() -> None:

@@ -11,7 +11,9 @@ carries a diagnostic artifact instead (the kill switch).
 What the model has not seen is never taken from it: the results of the
 latest assistant turn stay whole until the model has answered once (only a
 batch too large for the results slot is cut, each result to its share, with
-the rest one reader call away). Every reduced result leaves a stub carrying
+the rest one reader call away). A result no longer than a stub (``KEPT_WHOLE_TOKENS``:
+"wrote part.py", "saved [artifact …]") stays whole and is not stored: a
+stub would not shorten it. Every reduced result leaves a stub carrying
 the identifiers of its full text and its handle (``stubs``); what a stub
 cannot carry is listed in the state's ``dropped``. Rolled turns pin the
 user's words verbatim and their identifiers in the state.
@@ -50,6 +52,10 @@ from .working_state import WorkingState
 _ARTIFACT_ID = re.compile(r"a-[0-9a-f]{16}")
 # The fixed words of a cut mark, besides its identifiers (a generous bound).
 _CUT_MARK_TOKENS = 80
+# A result this short stays whole in the context and is never stored: the stub that would
+# replace it (its handle and the reader call that shows it, with no identifier: 44
+# tokens) is as long, so clearing it would free nothing and storing it would buy nothing.
+KEPT_WHOLE_TOKENS = 48
 
 
 # Every slot's name, in order (``Prompt.slot_tokens``: counted on every call).
@@ -236,6 +242,8 @@ class ContextEngine:
         self._snapshot_block: Block | None = None
         self._steps: list[dict[str, Any]] = []
         self._reduced: dict[str, Reduced] = {}  # tool call id -> its stored full text
+        # tool call id -> the identifiers of a result kept whole (``KEPT_WHOLE_TOKENS``)
+        self._whole: dict[str, tuple[str, ...]] = {}
         self._read = 0  # messages of the history the task keeps already read for ``salient``
 
     # -- the call ----------------------------------------------------------------------
@@ -418,12 +426,25 @@ class ContextEngine:
 
         A clearing then only swaps texts: the work of reducing a result is
         spread over the steps results arrive, not piled on the step a batch
-        is cleared (so a step's build time stays flat).
+        is cleared (so a step's build time stays flat). A result kept whole
+        (``_kept_whole``) is not stored; its identifiers are read all the same
+        (``_salient`` asks which a tool revealed).
         """
         calls = {c.id: c for m in history for c in m.tool_calls}
         for i in sorted(fresh):
-            if not _is_reduced(history[i]):
-                self._store(history[i], calls.get(history[i].tool_call_id or ""))
+            result = history[i]
+            call = calls.get(result.tool_call_id or "")
+            if _is_reduced(result):
+                continue
+            if self._kept_whole(result):
+                asked = extract(call.arguments_json) if call else ()
+                named = extract(result.content, exclude=asked)
+                self._whole[result.tool_call_id or ""] = tuple(named)
+            else:
+                self._store(result, call)
+
+    def _kept_whole(self, result: Message) -> bool:
+        return self.tok.count(result.content) <= KEPT_WHOLE_TOKENS
 
     def _salient(
         self, state: WorkingState, history: list[Message], acting: set[str]
@@ -452,7 +473,9 @@ class ContextEngine:
         revealed = [
             n
             for n in named
-            if n in known or any(n in r.identifiers for r in self._reduced.values())
+            if n in known
+            or any(n in r.identifiers for r in self._reduced.values())
+            or any(n in whole for whole in self._whole.values())
         ]
         return state.keep_salient(revealed)
 
@@ -520,6 +543,7 @@ class ContextEngine:
             and i not in fresh
             and m.reduced != "cleared"
             and m.name not in policy.exclude_tools
+            and not self._kept_whole(m)
         ]
         calls = {c.id: c for m in history for c in m.tool_calls}
         plan: list[tuple[int, Message, list[str], Reduced]] = []
@@ -606,6 +630,7 @@ class ContextEngine:
         named: list[str] = []
         for m in rolled:
             reduced = self._reduced.pop(m.tool_call_id or "", None) if m.is_tool_result else None
+            self._whole.pop(m.tool_call_id or "", None)
             if reduced is not None:
                 named += reduced.identifiers
             elif m.role != "user":  # the user's words are pinned whole
