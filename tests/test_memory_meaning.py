@@ -53,6 +53,15 @@ def test_the_offline_embedder_is_all_minilm_l6_v2_as_published(embedder: MiniLM)
     assert vector.dtype == np.float32 and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
 
 
+def test_texts_embedded_together_get_the_vectors_each_gets_alone(embedder: MiniLM) -> None:
+    """One forward pass for a batch (its texts' rows in one product a layer, the shorter
+    ones padded): no text's vector is changed by the others or by its padding."""
+    texts = ["This is an example sentence", "ok", "every part module returns its own name " * 3]
+    together = embedder.embed(texts)
+    for text, vector in zip(texts, together, strict=True):
+        assert np.allclose(vector, embedder.embed([text])[0], atol=1e-6)
+
+
 def test_the_embedders_weights_are_the_files_pages_not_a_copy(embedder: MiniLM) -> None:
     """Every weight the forward pass reads is a read-only view of the mapped file, so the
     processes of a machine share one copy of them (none of them copied it to load it)."""

@@ -75,6 +75,14 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
     return (x - mean) / np.sqrt(var + 1e-12) * weight + bias
 
 
+def _dense(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``x @ weight.T + bias`` for rows ``x`` and a weight stored (out, in), computed as
+    ``(weight @ x.T).T``: BLAS packs a weight as it lies about twice as fast as one it is
+    told is transposed (a layer of 1,536 x 384 and 5 rows: 0.20 ms against 0.38), and
+    the weight, mapped from the model's file, is not copied to be turned."""
+    return (weight @ x.T).T + bias
+
+
 def _mapped(path: Path) -> dict[str, np.ndarray]:
     """A safetensors file's float32 tensors as read-only arrays over its mapped pages.
 
@@ -129,22 +137,22 @@ class MiniLM:
             w["embeddings.LayerNorm.weight"],
             w["embeddings.LayerNorm.bias"],
         )
-        # A dense layer's weight is stored (out, in): ``x @ weight.T`` multiplies by it as
-        # it lies (BLAS is told it is transposed), so no layer is copied to be turned.
+        # A dense layer's weight is stored (out, in) and used as it lies (``_dense``): no
+        # layer is copied to be turned.
         self._layers = []
         for n in range(6):
             p = f"encoder.layer.{n}."
             self._layers.append(
                 (
-                    tuple(w[p + f"attention.self.{m}.weight"].T for m in ("query", "key", "value")),
+                    tuple(w[p + f"attention.self.{m}.weight"] for m in ("query", "key", "value")),
                     tuple(w[p + f"attention.self.{m}.bias"] for m in ("query", "key", "value")),
-                    w[p + "attention.output.dense.weight"].T,
+                    w[p + "attention.output.dense.weight"],
                     w[p + "attention.output.dense.bias"],
                     w[p + "attention.output.LayerNorm.weight"],
                     w[p + "attention.output.LayerNorm.bias"],
-                    w[p + "intermediate.dense.weight"].T,
+                    w[p + "intermediate.dense.weight"],
                     w[p + "intermediate.dense.bias"],
-                    w[p + "output.dense.weight"].T,
+                    w[p + "output.dense.weight"],
                     w[p + "output.dense.bias"],
                     w[p + "output.LayerNorm.weight"],
                     w[p + "output.LayerNorm.bias"],
@@ -179,20 +187,21 @@ class MiniLM:
         x = _layer_norm(x, ln_w, ln_b)
         heads, size = 12, 32
         blocked = (1.0 - mask)[:, None, None, :] * -1e9  # padding is never attended to
+        x = x.reshape(batch * length, -1)  # every text's rows in one product a layer
         for qkv, qkv_b, o_w, o_b, ln1_w, ln1_b, i_w, i_b, f_w, f_b, ln2_w, ln2_b in self._layers:
             q, k, v = (
-                (x @ w + b).reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
+                _dense(x, w, b).reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
                 for w, b in zip(qkv, qkv_b, strict=True)
             )
             scores = q @ k.transpose(0, 1, 3, 2) * (1.0 / math.sqrt(size)) + blocked
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             attended = (scores / scores.sum(-1, keepdims=True)) @ v
-            attended = attended.transpose(0, 2, 1, 3).reshape(batch, length, heads * size)
-            x = _layer_norm(x + attended @ o_w + o_b, ln1_w, ln1_b)
-            inner = x @ i_w + i_b
+            attended = attended.transpose(0, 2, 1, 3).reshape(batch * length, heads * size)
+            x = _layer_norm(x + _dense(attended, o_w, o_b), ln1_w, ln1_b)
+            inner = _dense(x, i_w, i_b)
             inner = 0.5 * inner * (1.0 + _erf(inner * (1.0 / math.sqrt(2.0))))
-            x = _layer_norm(x + inner @ f_w + f_b, ln2_w, ln2_b)
-        return x
+            x = _layer_norm(x + _dense(inner, f_w, f_b), ln2_w, ln2_b)
+        return x.reshape(batch, length, -1)
 
 
 class OpenAIEmbeddings:
