@@ -20,7 +20,12 @@
                                 events: one list per event, its stream id
                                 first, then its field/value pairs.
   readJob(jobKey)               the job fields scripts decide by, in one read:
-                                status, maxlen, retention, maxAttempts.
+                                status, maxlen, retention, maxAttempts; as the
+                                strings they are stored as (maxlen and retention
+                                only go back to Redis, as XADD's and PEXPIRE's
+                                arguments: a Lua number is formatted again for
+                                each, and tonumber costs as much as a small
+                                command; maxAttempts is compared, by tonumber).
   expireTask / expireJob        start the retention clock of a finished task,
                                 or of a finished job's own keys.
   cancelTask                    end a task of a finished job (status cancelled).
@@ -74,8 +79,8 @@ end
 
 local function readJob(jobKey)
   local j = redis.call('HMGET', jobKey, 'status', 'stream_maxlen', 'retention_ms', 'max_attempts')
-  return {status = j[1], maxlen = tonumber(j[2] or '10000'),
-    retention = tonumber(j[3] or '604800000'), maxAttempts = tonumber(j[4] or '3')}
+  return {status = j[1], maxlen = j[2] or '10000', retention = j[3] or '604800000',
+    maxAttempts = j[4] or '3'}
 end
 
 local function isTerminalJob(status)

@@ -31,7 +31,7 @@ local function failAttempt(reason, now, final, job, backoff)
     return 'cancelled'
   end
   redis.call('ZREM', leasesKey, taskId)
-  if final or attempt >= job.maxAttempts then
+  if final or attempt >= tonumber(job.maxAttempts) then
     redis.call('HSET', taskKey, 'status', 'dead', 'owner', '', 'lease_until', 0,
       'error', reason, 'finished_ms', now)
     redis.call('ZREM', queuedKey, taskId)
