@@ -62,7 +62,9 @@ class JobUsage:
         budget), and they are counted in the budget all the same.
         """
         call_id = secrets.token_hex(8)
-        args = [call_id, input_tokens, cached_tokens, output_tokens, round(cost_usd * 1e6)]
+        # Whole numbers: the script adds them up as Lua numbers (exact below 2^53).
+        counts = [int(n) for n in (input_tokens, cached_tokens, output_tokens)]
+        args = [call_id, *counts, round(cost_usd * 1e6)]
         args += [int(compaction), settles]
         args += [x for pair in (event or {}).items() for x in pair]
         where = keys.script_keys("recordUsage", self.job_id)

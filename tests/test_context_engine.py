@@ -403,8 +403,10 @@ def test_a_result_no_longer_than_a_stub_stays_whole_and_is_not_stored() -> None:
     engine = ContextEngine(sink, budgets=budgets(clearing=policy))
     short = "wrote ledger ACCT-7Q2X9 (120 bytes)"
     assert engine.tok.count(short) <= engine_module.KEPT_WHOLE_TOKENS
-    history = [*step(0, words(300)), *step(1, short)]
-    prompt = engine.build(request(history))
+    prompt = engine.build(request(step(0, short)))
+    prompt = engine.build(request([*prompt.history, *step(1, words(300))], state=prompt.state))
+    # The model answers both and names what the first revealed: a clearing takes every
+    # result it has seen, but the short one.
     call = ToolCall(id="c2", name="fetch", arguments={"i": 2})
     later = [
         *prompt.history,
@@ -412,12 +414,35 @@ def test_a_result_no_longer_than_a_stub_stays_whole_and_is_not_stored() -> None:
         Message(role="tool", content="ok", tool_call_id="c2", name="fetch"),
     ]
     prompt = engine.build(request(later, state=prompt.state))
-    results = [m for m in prompt.history if m.role == "tool"]
-    assert results[0].content.startswith("[tool result cleared:")  # the long one: cleared
-    assert results[1].content == short and results[1].reduced == ""  # verbatim
+    short_result, long_result, _ = [m for m in prompt.history if m.role == "tool"]
+    assert long_result.reduced == "cleared"
+    assert short_result.content == short and short_result.reduced == ""  # verbatim
     stored = [sink.text(r.id) for r in sink.refs() if r.kind == "tool-result"]
     assert stored == [words(300)]
     assert "ACCT-7Q2X9" in prompt.state.salient
+
+
+def test_a_batch_over_the_results_slot_cuts_its_long_results_not_its_short_ones() -> None:
+    """A short result's share of a crowded slot could be smaller than it: a cut mark would
+    make it longer. It stays whole; the long ones share what it leaves."""
+    sink = MemoryArtifacts()
+    results = {**DEFAULT_BUDGETS.slots, Slot.RESULTS: slot(150, Overflow.TRUNCATE_TO_ARTIFACT)}
+    engine = ContextEngine(sink, budgets=budgets(slots=results))
+    short = "wrote ledger ACCT-7Q2X9 (120 bytes)"
+    calls = tuple(ToolCall(id=f"c{n}", name="fetch", arguments={"n": n}) for n in range(12))
+    history = [
+        Message(role="assistant", content="fetch them all", tool_calls=calls),
+        Message(role="tool", content=short, tool_call_id="c0", name="fetch"),
+        *(
+            Message(role="tool", content=words(40, f"r{n}_"), tool_call_id=f"c{n}", name="fetch")
+            for n in range(1, 12)
+        ),
+    ]
+    prompt = engine.build(request(history))
+    kept, *others = [m for m in prompt.history if m.role == "tool"]
+    assert kept.content == short and kept.reduced == ""
+    assert all(m.reduced == "cut" for m in others)
+    assert short not in [sink.text(r.id) for r in sink.refs()]
 
 
 def test_a_result_is_known_reduced_by_its_mark_not_by_text_that_looks_like_a_stub() -> None:

@@ -61,7 +61,8 @@ elseif ARGV[7] ~= '' then
   settleHeld(KEYS[5], ARGV[7], input + tonumber(ARGV[4]), tonumber(ARGV[5]))
 end
 -- The totals in one read and one write (not an HINCRBY a field: each command a script
--- sends costs the server about as much as a small command's whole work).
+-- sends costs the server about as much as a small command's whole work). Lua adds
+-- them as doubles, exact below 2^53 (9e15 tokens; the caller sends whole numbers).
 local totals = redis.call('HMGET', key, 'calls', 'input_tokens', 'cached_tokens',
   'output_tokens', 'cost_micro_usd', 'compaction_calls', 'high_water')
 local function total(i) return tonumber(totals[i] or '0') end

@@ -105,7 +105,9 @@ class ClearingPolicy(BaseModel):
     nothing. Each clearing invalidates the cached prefix from the first
     cleared result on — everything after it is re-sent uncached anyway — so a
     clearing is rare and takes all it may: one bust, then a long run of calls
-    on a stable prefix. Results of ``exclude_tools`` are never cleared.
+    on a stable prefix. Results of ``exclude_tools`` are never cleared, nor
+    is a result no longer than a stub (``engine.KEPT_WHOLE_TOKENS``), which
+    is not counted among the ``keep`` either.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -52,9 +52,10 @@ from .working_state import WorkingState
 _ARTIFACT_ID = re.compile(r"a-[0-9a-f]{16}")
 # The fixed words of a cut mark, besides its identifiers (a generous bound).
 _CUT_MARK_TOKENS = 80
-# A result this short stays whole in the context and is never stored: the stub that would
-# replace it (its handle and the reader call that shows it, with no identifier: 44
-# tokens) is as long, so clearing it would free nothing and storing it would buy nothing.
+# A result this short stays whole in the context and is never stored, cleared or cut: the
+# stub that would replace it (its handle and the reader call that shows it, with no
+# identifier: 44 tokens; 29 in a phase that offers no reader) is about as long, so
+# clearing it would free next to nothing and storing it would buy nothing.
 KEPT_WHOLE_TOKENS = 48
 
 
@@ -437,14 +438,19 @@ class ContextEngine:
             if _is_reduced(result):
                 continue
             if self._kept_whole(result):
-                asked = extract(call.arguments_json) if call else ()
-                named = extract(result.content, exclude=asked)
-                self._whole[result.tool_call_id or ""] = tuple(named)
+                self._keep_whole(result, call)
             else:
                 self._store(result, call)
 
     def _kept_whole(self, result: Message) -> bool:
         return self.tok.count(result.content) <= KEPT_WHOLE_TOKENS
+
+    def _keep_whole(self, result: Message, call: ToolCall | None) -> None:
+        """Note the identifiers of a result kept whole, once (as ``_store`` does a stored one's)."""
+        key = result.tool_call_id or ""
+        if key not in self._whole:
+            asked = extract(call.arguments_json) if call else ()
+            self._whole[key] = tuple(extract(result.content, exclude=asked))
 
     def _salient(
         self, state: WorkingState, history: list[Message], acting: set[str]
@@ -494,14 +500,19 @@ class ContextEngine:
         full text (so one in the middle of a long file is still in sight).
         """
         budget = self.budgets.slots[Slot.RESULTS]
-        live = {i: self.tok.count_message(history[i]) for i in fresh if not _is_reduced(history[i])}
-        if sum(live.values()) <= budget.tokens:
+        sizes = {
+            i: self.tok.count_message(history[i]) for i in fresh if not _is_reduced(history[i])
+        }
+        if sum(sizes.values()) <= budget.tokens:
             return history, state
         if budget.overflow is Overflow.FAIL:
-            raise PromptTooLarge(Slot.RESULTS, sum(live.values()), budget.tokens)
+            raise PromptTooLarge(Slot.RESULTS, sum(sizes.values()), budget.tokens)
+        # Results kept whole are not cut (a mark would be longer): the rest share what they leave.
+        live = {i: n for i, n in sizes.items() if not self._kept_whole(history[i])}
+        room = max(0, budget.tokens - sum(n for i, n in sizes.items() if i not in live))
         calls = {c.id: c for m in history for c in m.tool_calls}
         out = list(history)
-        for i, cap in _shares(live, budget.tokens).items():
+        for i, cap in _shares(live, room).items():
             result = history[i]
             reduced = self._store(result, calls.get(result.tool_call_id or ""))
             room = cap - MESSAGE_OVERHEAD - self.budgets.stub_identifiers - _CUT_MARK_TOKENS
@@ -536,16 +547,16 @@ class ContextEngine:
         total = sum(self.tok.count_message(m) for m in history if m.is_tool_result)
         if total <= (room if policy.trigger is None else policy.trigger):
             return history, state
-        seen = [
-            i
-            for i, m in enumerate(history)
-            if m.is_tool_result
-            and i not in fresh
-            and m.reduced != "cleared"
-            and m.name not in policy.exclude_tools
-            and not self._kept_whole(m)
-        ]
         calls = {c.id: c for m in history for c in m.tool_calls}
+        seen: list[int] = []
+        for i, m in enumerate(history):
+            if not m.is_tool_result or i in fresh or m.reduced == "cleared":
+                continue
+            if not _is_reduced(m) and self._kept_whole(m):
+                # Never cleared; one this engine did not see arrive is known from now on.
+                self._keep_whole(m, calls.get(m.tool_call_id or ""))
+            elif m.name not in policy.exclude_tools:
+                seen.append(i)
         plan: list[tuple[int, Message, list[str], Reduced]] = []
         freed = 0
         # A clearing re-sends everything after the first cleared result uncached anyway,
@@ -630,7 +641,8 @@ class ContextEngine:
         named: list[str] = []
         for m in rolled:
             reduced = self._reduced.pop(m.tool_call_id or "", None) if m.is_tool_result else None
-            self._whole.pop(m.tool_call_id or "", None)
+            if m.is_tool_result:
+                self._whole.pop(m.tool_call_id or "", None)
             if reduced is not None:
                 named += reduced.identifiers
             elif m.role != "user":  # the user's words are pinned whole

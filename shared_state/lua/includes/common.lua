@@ -23,9 +23,10 @@
                                 status, maxlen, retention, maxAttempts; as the
                                 strings they are stored as (maxlen and retention
                                 only go back to Redis, as XADD's and PEXPIRE's
-                                arguments: a Lua number is formatted again for
-                                each, and tonumber costs as much as a small
-                                command; maxAttempts is compared, by tonumber).
+                                arguments, where a Lua number is formatted again
+                                each time: that and the tonumber cost a few
+                                thousand instructions an argument; maxAttempts is
+                                compared, by tonumber).
   expireTask / expireJob        start the retention clock of a finished task,
                                 or of a finished job's own keys.
   cancelTask                    end a task of a finished job (status cancelled).
