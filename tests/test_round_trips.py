@@ -61,14 +61,7 @@ class AddArgs(pydantic.BaseModel):
     b: int
 
 
-def _sum(ctx: object, a: AddArgs) -> ToolResult:
-    # Shown with its working: a result longer than a stub, so the engine stores it
-    # (a shorter one stays whole in the context and is not stored: ``KEPT_WHOLE_TOKENS``).
-    lines = (f"{a.a} + {a.b} = {a.a + a.b} (line {n})" for n in range(9))
-    return ToolResult(content="\n".join(lines))
-
-
-ADD = Tool("add", "Add two integers.", AddArgs, _sum)
+ADD = Tool("add", "Add two integers.", AddArgs, lambda ctx, a: ToolResult(content=str(a.a + a.b)))
 
 
 def _steps(n: int) -> Script:

@@ -12,8 +12,8 @@ What the model has not seen is never taken from it: the results of the
 latest assistant turn stay whole until the model has answered once (only a
 batch too large for the results slot is cut, each result to its share, with
 the rest one reader call away). A result no longer than a stub (``KEPT_WHOLE_TOKENS``:
-"wrote part.py", "saved [artifact …]") stays whole and is not stored: a
-stub would not shorten it. Every reduced result leaves a stub carrying
+"wrote part.py", "saved [artifact …]") is never cut or cleared: a stub would
+not shorten it. Every reduced result leaves a stub carrying
 the identifiers of its full text and its handle (``stubs``); what a stub
 cannot carry is listed in the state's ``dropped``. Rolled turns pin the
 user's words verbatim and their identifiers in the state.
@@ -52,10 +52,11 @@ from .working_state import WorkingState
 _ARTIFACT_ID = re.compile(r"a-[0-9a-f]{16}")
 # The fixed words of a cut mark, besides its identifiers (a generous bound).
 _CUT_MARK_TOKENS = 80
-# A result this short stays whole in the context and is never stored, cleared or cut: the
-# stub that would replace it (its handle and the reader call that shows it, with no
-# identifier: 44 tokens; 29 in a phase that offers no reader) is about as long, so
-# clearing it would free next to nothing and storing it would buy nothing.
+# A result this short stays whole in the context, never cut or cleared: the stub that would
+# replace it (its handle and the reader call that shows it, with no identifier: 44 tokens;
+# 29 in a phase that offers no reader) is about as long, so reducing it would free next to
+# nothing and hide what it said. (It is stored all the same, as every result is the step
+# it arrives: the job's record of what its model was told.)
 KEPT_WHOLE_TOKENS = 48
 
 
@@ -243,8 +244,6 @@ class ContextEngine:
         self._snapshot_block: Block | None = None
         self._steps: list[dict[str, Any]] = []
         self._reduced: dict[str, Reduced] = {}  # tool call id -> its stored full text
-        # tool call id -> the identifiers of a result kept whole (``KEPT_WHOLE_TOKENS``)
-        self._whole: dict[str, tuple[str, ...]] = {}
         self._read = 0  # messages of the history the task keeps already read for ``salient``
 
     # -- the call ----------------------------------------------------------------------
@@ -427,30 +426,16 @@ class ContextEngine:
 
         A clearing then only swaps texts: the work of reducing a result is
         spread over the steps results arrive, not piled on the step a batch
-        is cleared (so a step's build time stays flat). A result kept whole
-        (``_kept_whole``) is not stored; its identifiers are read all the same
-        (``_salient`` asks which a tool revealed).
+        is cleared (so a step's build time stays flat).
         """
         calls = {c.id: c for m in history for c in m.tool_calls}
         for i in sorted(fresh):
-            result = history[i]
-            call = calls.get(result.tool_call_id or "")
-            if _is_reduced(result):
-                continue
-            if self._kept_whole(result):
-                self._keep_whole(result, call)
-            else:
-                self._store(result, call)
+            if not _is_reduced(history[i]):
+                self._store(history[i], calls.get(history[i].tool_call_id or ""))
 
     def _kept_whole(self, result: Message) -> bool:
+        """No longer than a stub (``KEPT_WHOLE_TOKENS``): never cut or cleared."""
         return self.tok.count(result.content) <= KEPT_WHOLE_TOKENS
-
-    def _keep_whole(self, result: Message, call: ToolCall | None) -> None:
-        """Note the identifiers of a result kept whole, once (as ``_store`` does a stored one's)."""
-        key = result.tool_call_id or ""
-        if key not in self._whole:
-            asked = extract(call.arguments_json) if call else ()
-            self._whole[key] = tuple(extract(result.content, exclude=asked))
 
     def _salient(
         self, state: WorkingState, history: list[Message], acting: set[str]
@@ -479,9 +464,7 @@ class ContextEngine:
         revealed = [
             n
             for n in named
-            if n in known
-            or any(n in r.identifiers for r in self._reduced.values())
-            or any(n in whole for whole in self._whole.values())
+            if n in known or any(n in r.identifiers for r in self._reduced.values())
         ]
         return state.keep_salient(revealed)
 
@@ -509,10 +492,10 @@ class ContextEngine:
             raise PromptTooLarge(Slot.RESULTS, sum(sizes.values()), budget.tokens)
         # Results kept whole are not cut (a mark would be longer): the rest share what they leave.
         live = {i: n for i, n in sizes.items() if not self._kept_whole(history[i])}
-        room = max(0, budget.tokens - sum(n for i, n in sizes.items() if i not in live))
+        left = max(0, budget.tokens - sum(n for i, n in sizes.items() if i not in live))
         calls = {c.id: c for m in history for c in m.tool_calls}
         out = list(history)
-        for i, cap in _shares(live, room).items():
+        for i, cap in _shares(live, left).items():
             result = history[i]
             reduced = self._store(result, calls.get(result.tool_call_id or ""))
             room = cap - MESSAGE_OVERHEAD - self.budgets.stub_identifiers - _CUT_MARK_TOKENS
@@ -547,16 +530,16 @@ class ContextEngine:
         total = sum(self.tok.count_message(m) for m in history if m.is_tool_result)
         if total <= (room if policy.trigger is None else policy.trigger):
             return history, state
+        seen = [
+            i
+            for i, m in enumerate(history)
+            if m.is_tool_result
+            and i not in fresh
+            and m.reduced != "cleared"
+            and m.name not in policy.exclude_tools
+            and not (m.reduced == "" and self._kept_whole(m))
+        ]
         calls = {c.id: c for m in history for c in m.tool_calls}
-        seen: list[int] = []
-        for i, m in enumerate(history):
-            if not m.is_tool_result or i in fresh or m.reduced == "cleared":
-                continue
-            if not _is_reduced(m) and self._kept_whole(m):
-                # Never cleared; one this engine did not see arrive is known from now on.
-                self._keep_whole(m, calls.get(m.tool_call_id or ""))
-            elif m.name not in policy.exclude_tools:
-                seen.append(i)
         plan: list[tuple[int, Message, list[str], Reduced]] = []
         freed = 0
         # A clearing re-sends everything after the first cleared result uncached anyway,
@@ -641,8 +624,6 @@ class ContextEngine:
         named: list[str] = []
         for m in rolled:
             reduced = self._reduced.pop(m.tool_call_id or "", None) if m.is_tool_result else None
-            if m.is_tool_result:
-                self._whole.pop(m.tool_call_id or "", None)
             if reduced is not None:
                 named += reduced.identifiers
             elif m.role != "user":  # the user's words are pinned whole
