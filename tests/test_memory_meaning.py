@@ -14,7 +14,7 @@ import pytest
 from shared_state import State, keys
 from shared_state.errors import MemoryRefused
 from shared_state.memory import Claim, MemoryContext, MemoryStore, Scope, SourceKind
-from shared_state.memory.embed import MiniLM, OpenAIEmbeddings, default_embedder
+from shared_state.memory.embed import MiniLM, OpenAIEmbeddings, default_embedder, embedded_text
 from shared_state.memory.recall import Hit, Recall
 from shared_state.scripts import run_plain
 
@@ -60,6 +60,27 @@ def test_texts_embedded_together_get_the_vectors_each_gets_alone(embedder: MiniL
     together = embedder.embed(texts)
     for text, vector in zip(texts, together, strict=True):
         assert np.allclose(vector, embedder.embed([text])[0], atol=1e-6)
+
+
+def test_a_key_the_text_already_says_is_embedded_once(state: State, embedder: MiniLM) -> None:
+    """A pass costs what its word pieces cost: a verified feature's fact, keyed "feature"
+    and its description, which its text repeats, is embedded as the label and the text."""
+    text = "Every part module returns its own name (its check `-k test_part` passed)"
+    claim = Claim(
+        scope=Scope.parse("job:j-1"),
+        text=text,
+        key="feature every part module returns its own name",
+        kind="fact",
+        source_kind=SourceKind.SYSTEM,
+        source_ref="feature list, F1",
+    )
+    assert embedded_text(claim.claim_key, text) == f"feature {text}"
+    assert embedded_text("every part module", text) == text  # the whole key is said
+    # a key the text does not say is still what the item is about
+    assert embedded_text("deploy window", text) == f"deploy window {text}"
+    item = state.memory.write(CTX, claim)  # the store a worker writes with: it embeds
+    stored = state.client.hget(keys.memory_item("acme", item.id), "vec")
+    assert stored == embedder.embed([f"feature {text}"])[0].astype(np.float32).tobytes()
 
 
 def test_the_embedders_weights_are_the_files_pages_not_a_copy(embedder: MiniLM) -> None:

@@ -51,11 +51,21 @@ def embedded_text(key: str, text: str) -> str:
     """What an item's vector is made of: what it is about and what it says. A key made of
     the text's digest (``#…``, a claim written without one) means nothing to an embedder;
     nor do an episode's key and ids (its job's, its sources', its artifacts'): its vector
-    is made of its goal, its outcome and what it learned."""
+    is made of its goal, its outcome and what it learned. A key the text already says
+    (all of it, or all past its first word: "feature <its description>" for a verified
+    feature's fact) is not said twice: past the ~10 ms of CPU a pass costs whatever its
+    length (it reads every layer's weights, 42 MB), each word piece costs its share, and
+    the repeat made the planner's fact 29 word pieces, not 22 (21.6 against 18.1 ms)."""
     if key.startswith("#"):
         return text
     if key.startswith(EPISODE_KEY):
         return episode_gist(text)
+    said = text.lower()  # a claim's key is lower case (``Claim.claim_key``)
+    if key in said:
+        return text
+    label, _, rest = key.partition(" ")
+    if rest and rest in said:
+        return f"{label} {text}"
     return f"{key} {text}"
 
 
