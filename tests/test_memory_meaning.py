@@ -76,8 +76,11 @@ def test_a_key_the_text_already_says_is_embedded_once(state: State, embedder: Mi
     )
     assert embedded_text(claim.claim_key, text) == f"feature {text}"
     assert embedded_text("every part module", text) == text  # the whole key is said
-    # a key the text does not say is still what the item is about
+    # a key the text does not say is still what the item is about; nor does a word that
+    # only holds it say it
     assert embedded_text("deploy window", text) == f"deploy window {text}"
+    assert embedded_text("api", "rapid restarts") == "api rapid restarts"
+    assert embedded_text("port 80", "it listens on 8080") == "port 80 it listens on 8080"
     item = state.memory.write(CTX, claim)  # the store a worker writes with: it embeds
     stored = state.client.hget(keys.memory_item("acme", item.id), "vec")
     assert stored == embedder.embed([f"feature {text}"])[0].astype(np.float32).tobytes()

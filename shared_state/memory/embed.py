@@ -25,6 +25,7 @@ import json
 import math
 import mmap
 import os
+import re
 import struct
 import threading
 from functools import cache
@@ -61,12 +62,17 @@ def embedded_text(key: str, text: str) -> str:
     if key.startswith(EPISODE_KEY):
         return episode_gist(text)
     said = text.lower()  # a claim's key is lower case (``Claim.claim_key``)
-    if key in said:
+    if _says(said, key):
         return text
     label, _, rest = key.partition(" ")
-    if rest and rest in said:
+    if rest and _says(said, rest):
         return f"{label} {text}"
     return f"{key} {text}"
+
+
+def _says(text: str, words: str) -> bool:
+    """``words`` are in ``text`` as words: a key "api" is not said by "rapid"."""
+    return re.search(rf"(?<!\w){re.escape(words)}(?!\w)", text) is not None
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
