@@ -2,8 +2,10 @@
 
 Each tick, over the active jobs:
 - claims whose lease expired → the attempt ends (re-queued with attempt + 1,
-  or dead at max attempts and the job failed) — ``reapTask`` decides
-  atomically, so several reapers (one per machine) never double up;
+  or dead at max attempts and the job failed, and then ended in the same
+  tick: its other tasks end, its keys start to expire, its handoff is
+  written) — ``reapTask`` decides atomically, so several reapers (one per
+  machine) never double up;
 - retries whose backoff is over (``shared_state.backoff``: a failed attempt
   waits queued, with no envelope, until its not-before time) → an envelope,
   within a tick of it being due;
@@ -113,6 +115,10 @@ class Reaper:
                 report.requeued.append(task_id)
             elif outcome == "dead":
                 report.dead.append(task_id)
+                # Its job failed with it: ended now, as a worker whose task died ends it
+                # (``TaskRun.fail``), not a tick later when its status is read again.
+                if job_id not in report.retired and handoff.job_ended(self.state, job_id):
+                    report.retired.append(job_id)
             if role is not None and envelope is not None:
                 stale.append((Role(role.decode()), envelope.decode()))
         for job_id, task_id in self.state.tasks.retries_due(live):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from coordinator.api import Client
@@ -52,6 +54,23 @@ def test_a_failed_jobs_tasks_all_end_and_a_retry_takes_them_up_where_they_were(
         claim = state.tasks.claim(job.job_id, task_id, "coder-3", 60_000).claim
         state.tasks.complete(claim, parent.task_id, "ok")
     assert _statuses(state, job.job_id)[parent.task_id] is TaskStatus.QUEUED  # fan-in went on
+
+
+def test_a_task_the_reaper_finds_dead_ends_its_job_in_the_same_tick(state: State) -> None:
+    job, parent, (lost, queued) = job_with_children(state, 2, max_attempts=1)
+    state.tasks.claim(job.job_id, lost, "coder-1", 50)  # its worker is never heard of again
+    deadline = time.monotonic() + 10
+    while not state.tasks.expired([job.job_id]):
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.02)
+    report = Reaper(state, redeliver_after_ms=60_000).tick()
+    assert report.dead == [lost]
+    assert report.retired == [job.job_id]  # not left for the next tick
+    ended = _statuses(state, job.job_id)
+    assert not OPEN & set(ended.values()), ended
+    assert ended[queued] is ended[parent.task_id] is TaskStatus.CANCELLED
+    assert state.jobs.active() == []
+    assert state.client.ttl(keys.task(job.job_id, parent.task_id)) > 0  # its clock started
 
 
 def test_a_cancel_through_the_api_ends_every_task_and_writes_the_handoff(state: State) -> None:
