@@ -80,23 +80,31 @@ class Reaper:
         self.state.delivery.trim_registries()
         stale = self.state.delivery.abandoned() if sweep else []
         active = self.state.jobs.active()
-        if active:
-            self._reap(active, report, stale)
+        died = self._reap(active, report, stale) if active else []
         stale = list(dict.fromkeys(stale))  # a sweep and a reap may name the same one
         self.state.delivery.discard(stale)
         report.discarded = [rq_id for _, rq_id in stale]
+        # A job failed by a task found dead ends in this tick, as a worker whose task died
+        # ends it (``TaskRun.fail``), not in the next once its status is read again. After
+        # the reaps and the discard: ended first, its other expired claims would be
+        # cancelled before their reap, which puts their old envelopes in ``stale``.
+        for job_id in dict.fromkeys(died):
+            if job_id not in report.retired and handoff.job_ended(self.state, job_id):
+                report.retired.append(job_id)
         self.state.events.flush()
         if report.requeued or report.dead or report.redelivered or report.due:
             log.info("reaper.tick", **{k: v for k, v in report.__dict__.items() if v})
         return report
 
-    def _reap(self, active: list[str], report: ReapReport, stale: list[tuple[Role, str]]) -> None:
+    def _reap(
+        self, active: list[str], report: ReapReport, stale: list[tuple[Role, str]]
+    ) -> list[str]:
         """Retire finished jobs, end expired attempts, send due retries, redeliver lost
-        envelopes.
+        envelopes; the jobs an attempt ended dead failed (``tick`` ends them).
 
         The envelopes these steps supersede are added to ``stale``.
         """
-        live = []
+        live, died = [], []
         for job_id, status in zip(active, self._statuses(active), strict=True):
             if status is None or status in FINISHED:
                 if handoff.job_ended(self.state, job_id):
@@ -115,10 +123,7 @@ class Reaper:
                 report.requeued.append(task_id)
             elif outcome == "dead":
                 report.dead.append(task_id)
-                # Its job failed with it: ended now, as a worker whose task died ends it
-                # (``TaskRun.fail``), not a tick later when its status is read again.
-                if job_id not in report.retired and handoff.job_ended(self.state, job_id):
-                    report.retired.append(job_id)
+                died.append(job_id)
             if role is not None and envelope is not None:
                 stale.append((Role(role.decode()), envelope.decode()))
         for job_id, task_id in self.state.tasks.retries_due(live):
@@ -131,6 +136,7 @@ class Reaper:
                 report.redelivered.append(task_id)
                 if envelope is not None:
                     stale.append((role, envelope.decode()))
+        return died
 
     def _statuses(self, job_ids: list[str]) -> list[str | None]:
         pipe = self.state.client.pipeline(transaction=False)

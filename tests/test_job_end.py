@@ -57,15 +57,20 @@ def test_a_failed_jobs_tasks_all_end_and_a_retry_takes_them_up_where_they_were(
 
 
 def test_a_task_the_reaper_finds_dead_ends_its_job_in_the_same_tick(state: State) -> None:
-    job, parent, (lost, queued) = job_with_children(state, 2, max_attempts=1)
-    state.tasks.claim(job.job_id, lost, "coder-1", 50)  # its worker is never heard of again
+    job, parent, (first, second, queued) = job_with_children(state, 3, max_attempts=1)
+    for lost in (first, second):  # their workers are never heard of again
+        state.tasks.claim(job.job_id, lost, "coder-1", 50)
+    envelopes = {
+        state.client.hget(keys.task(job.job_id, t), "envelope").decode() for t in (first, second)
+    }
     deadline = time.monotonic() + 10
-    while not state.tasks.expired([job.job_id]):
-        assert time.monotonic() < deadline, "the lease never expired"
+    while len(state.tasks.expired([job.job_id])) < 2:
+        assert time.monotonic() < deadline, "the leases never expired"
         time.sleep(0.02)
     report = Reaper(state, redeliver_after_ms=60_000).tick()
-    assert report.dead == [lost]
+    assert len(report.dead) == 1 and report.dead[0] in (first, second)  # the other: cancelled
     assert report.retired == [job.job_id]  # not left for the next tick
+    assert set(report.discarded) == envelopes  # both old envelopes, the cancelled one's too
     ended = _statuses(state, job.job_id)
     assert not OPEN & set(ended.values()), ended
     assert ended[queued] is ended[parent.task_id] is TaskStatus.CANCELLED
