@@ -86,8 +86,9 @@ class Reaper:
         report.discarded = [rq_id for _, rq_id in stale]
         # A job failed by a task found dead ends in this tick, as a worker whose task died
         # ends it (``TaskRun.fail``), not in the next once its status is read again. After
-        # the reaps and the discard: ended first, its other expired claims would be
-        # cancelled before their reap, which puts their old envelopes in ``stale``.
+        # the reaps and the discard: ended at once, its other expired claims would be
+        # cancelled before their reap, and only a reap puts a claim's old envelope in
+        # ``stale``.
         for job_id in dict.fromkeys(died):
             if job_id not in report.retired and handoff.job_ended(self.state, job_id):
                 report.retired.append(job_id)

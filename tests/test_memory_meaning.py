@@ -63,8 +63,9 @@ def test_texts_embedded_together_get_the_vectors_each_gets_alone(embedder: MiniL
 
 
 def test_a_key_the_text_already_says_is_embedded_once(state: State, embedder: MiniLM) -> None:
-    """A pass costs what its word pieces cost: a verified feature's fact, keyed "feature"
-    and its description, which its text repeats, is embedded as the label and the text."""
+    """Past a pass's fixed cost each word piece costs its share: a verified feature's fact,
+    keyed "feature" and its description, which its text repeats, is embedded as the label
+    and the text."""
     text = "Every part module returns its own name (its check `-k test_part` passed)"
     claim = Claim(
         scope=Scope.parse("job:j-1"),
