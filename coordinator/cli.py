@@ -29,6 +29,7 @@ from shared_state.names import check_name
 from shared_state.redact import redact
 from workers.llm.names import ProviderName
 
+from . import collector
 from .durability import Durability
 from .errors import CoordinatorError
 from .export import VERDICTS_DIR
@@ -1563,10 +1564,12 @@ def main() -> None:
     The line is redacted and made one line: an error may quote a Redis URL
     with its password, or text from a model or a server.
     """
+    collector.hold()  # until the command's state is open (``collector``)
     try:
         try:
             app(prog_name="redfleet")
         finally:
+            collector.release(freeze=False)  # a command that opened no state
             sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
         return
     except BrokenPipeError:

@@ -38,6 +38,7 @@ from shared_state import ConnectionFailed, RedisServer, State, free_port
 from shared_state.client import ClientOptions, connect
 from shared_state.server import wait_until_loaded
 
+from . import collector
 from .durability import Durability
 from .errors import CoordinatorError
 from .settings import Settings
@@ -188,6 +189,7 @@ def open_state(
     which serve every tenant; any other sees only ``settings.tenant``'s jobs
     when that is set (``--tenant``, REDFLEET_TENANT).
     """
+    collector.release()  # a command's imports are done by now
     settings = settings or Settings()
     state = State.connect(
         url or redis_url(settings),

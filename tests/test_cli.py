@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -384,6 +385,51 @@ def _loaded_by(*args: str, url: str) -> set[str]:
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED "))
     return set(line.split()[1:])
+
+
+_COLLECTED_BY = """
+import gc, sys
+from coordinator import collector
+from coordinator.cli import main
+
+def collections():
+    return sum(generation["collections"] for generation in gc.get_stats())
+
+start, released, real = collections(), [], collector.release
+def release(**kw):
+    released.append((gc.isenabled(), collections() - start, kw.get("freeze", True)))
+    real(**kw)
+collector.release = release
+sys.argv = ["redfleet", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("COLLECTOR", released, gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)
+"""
+
+
+def test_a_command_collects_no_garbage_until_its_state_is_open(redis_url) -> None:
+    """``status`` imports the views, pydantic and redis-py first: the collector stays off
+    through them, and is on once the state is open, with what they loaded frozen; a
+    command that opens no state (``--version``) turns it back on as it ends, freezing
+    nothing."""
+    seen = {}
+    for args in (("status",), ("--version",)):
+        proc = subprocess.run(
+            [sys.executable, "-c", _COLLECTED_BY, *args], capture_output=True, text=True,
+            timeout=60, env={**os.environ, "REDIS_URL": redis_url},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("COLLECTOR "))
+        released, enabled, frozen = line.removeprefix("COLLECTOR ").rsplit(" ", 2)
+        seen[args[0]] = (ast.literal_eval(released), enabled, frozen)
+    # status: off with no collection through its imports, released with a freeze (by
+    # open_state; it collects from there), then main's release finds nothing to undo.
+    (off, collected, freeze), (on_by_then, _, _) = seen["status"][0]
+    assert (off, collected, freeze, on_by_then) == (False, 0, True, True), seen
+    assert seen["status"][1:] == ("True", "True"), seen
+    assert seen["--version"] == ([(False, 0, False)], "True", "False"), seen
 
 
 def _packages(modules: set[str]) -> set[str]:
