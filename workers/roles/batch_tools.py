@@ -241,8 +241,7 @@ def _json_list(task: AgentTask, ref: ArtifactRef) -> list[dict]:
 
 def report_tool(task: AgentTask, phases: Sequence[str]) -> list[Tool]:
     """report_items, for a coder given a batch."""
-    inputs = [task.artifacts.get(i) for i in (task.input.inputs if task.input else ())]
-    batch_ref = next((r for r in inputs if r.kind == "batch"), None)
+    batch_ref = next((r for r in task.input_refs if r.kind == "batch"), None)
     if batch_ref is None:
         return []
     ids = batch_ids(task.artifacts.text(batch_ref.id))

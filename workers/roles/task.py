@@ -242,6 +242,16 @@ class AgentTask:
         stage = self.task.stage.rpartition("/")[2].split(".")[0]
         return f"{key}/{stage}" if stage else key
 
+    @cached_property
+    def input_refs(self) -> list[ArtifactRef]:
+        """The handles of the artifacts the task's input names, read once a run, in one
+        round trip: its reference lists them, and a coder's tools look among them for its
+        batch."""
+        if not self.input:
+            return []
+        found = self.artifacts.refs(list(self.input.inputs))
+        return [found.get(i) or self.artifacts.get(i) for i in self.input.inputs]
+
     RECALL_HITS = 5
 
     @cached_property
@@ -285,11 +295,9 @@ class AgentTask:
         lines += [
             f"constraint (the user's): {c}" for c in json.loads(self.run.job.constraints or "[]")
         ]
-        refs: list[ArtifactRef] = []
+        refs = self.input_refs
         if self.input:
             lines += [f"kind: {self.input.kind}", f"brief: {self.input.brief}"]
-            found = self.artifacts.refs(list(self.input.inputs))  # one read for them all
-            refs = [found.get(i) or self.artifacts.get(i) for i in self.input.inputs]
             if refs:
                 lines += ["inputs (read them with the reader tools):", *(r.handle() for r in refs)]
         if self.run.job.check:
