@@ -1569,7 +1569,7 @@ def main() -> None:
         try:
             app(prog_name="redfleet")
         finally:
-            collector.release(freeze=False)  # a command that opened no state
+            collector.end()
             sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
         return
     except BrokenPipeError:

@@ -189,7 +189,7 @@ def open_state(
     which serve every tenant; any other sees only ``settings.tenant``'s jobs
     when that is set (``--tenant``, REDFLEET_TENANT).
     """
-    collector.release()  # a command's imports are done by now
+    collector.release(collect=serving)  # a command's imports are done by now
     settings = settings or Settings()
     state = State.connect(
         url or redis_url(settings),

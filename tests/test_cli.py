@@ -395,25 +395,32 @@ from coordinator.cli import main
 def collections():
     return sum(generation["collections"] for generation in gc.get_stats())
 
-start, released, real = collections(), [], collector.release
+seen, real = [], (collector.hold, collector.release, collector.end)
+def hold():
+    real[0]()
+    seen.append(("hold", gc.isenabled(), collections()))
 def release(**kw):
-    released.append((gc.isenabled(), collections() - start, kw.get("freeze", True)))
-    real(**kw)
-collector.release = release
+    enabled, since = gc.isenabled(), collections() - seen[0][2]
+    real[1](**kw)
+    seen.append(("release", enabled, since, gc.isenabled(), gc.get_freeze_count() > 0))
+def end():
+    real[2]()
+    seen.append(("end", gc.isenabled(), gc.get_freeze_count() > 0))
+collector.hold, collector.release, collector.end = hold, release, end
 sys.argv = ["redfleet", *sys.argv[1:]]
 try:
     main()
 except SystemExit as exc:
     assert not exc.code, exc.code
-print("COLLECTOR", released, gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)
+print("COLLECTOR", [s if s[0] != "hold" else s[:2] for s in seen], file=sys.stderr)
 """
 
 
 def test_a_command_collects_no_garbage_until_its_state_is_open(redis_url) -> None:
     """``status`` imports the views, pydantic and redis-py first: the collector stays off
-    through them, and is on once the state is open, with what they loaded frozen; a
-    command that opens no state (``--version``) turns it back on as it ends, freezing
-    nothing."""
+    through them (no collection), and is on once the state is open, what they loaded
+    frozen. A command that opens no state (``--version``) turns it back on as it ends,
+    having frozen nothing."""
     seen = {}
     for args in (("status",), ("--version",)):
         proc = subprocess.run(
@@ -422,14 +429,41 @@ def test_a_command_collects_no_garbage_until_its_state_is_open(redis_url) -> Non
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("COLLECTOR "))
-        released, enabled, frozen = line.removeprefix("COLLECTOR ").rsplit(" ", 2)
-        seen[args[0]] = (ast.literal_eval(released), enabled, frozen)
-    # status: off with no collection through its imports, released with a freeze (by
-    # open_state; it collects from there), then main's release finds nothing to undo.
-    (off, collected, freeze), (on_by_then, _, _) = seen["status"][0]
-    assert (off, collected, freeze, on_by_then) == (False, 0, True, True), seen
-    assert seen["status"][1:] == ("True", "True"), seen
-    assert seen["--version"] == ([(False, 0, False)], "True", "False"), seen
+        seen[args[0]] = ast.literal_eval(line.removeprefix("COLLECTOR "))
+    # (release: on before, collections since hold, on after, anything frozen)
+    assert seen["status"] == [
+        ("hold", False), ("release", False, 0, True, True), ("end", True, True)
+    ], seen  # fmt: skip
+    assert seen["--version"] == [("hold", False), ("end", True, False)], seen
+
+
+_LEFT_BY_A_START = """
+import gc, sys, weakref
+from coordinator import collector
+
+class Node:
+    pass
+
+collector.hold()
+cycle = Node()
+cycle.me, left = cycle, weakref.ref(cycle)
+del cycle  # garbage only the collector frees, made while it was held off
+collector.release(collect=sys.argv[1] == "serving")
+print(left() is None, gc.isenabled())
+"""
+
+
+def test_a_serving_process_frees_what_its_start_left_before_freezing_the_rest() -> None:
+    """A fleet, a worker or the reaper (``open_state(serving=True)``) runs for hours: the
+    garbage its start left is collected before what it keeps is frozen. A shorter command
+    skips that pass; what it left stays, frozen, until it exits."""
+    for kind, freed in (("serving", "True"), ("command", "False")):
+        proc = subprocess.run(
+            [sys.executable, "-c", _LEFT_BY_A_START, kind], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [freed, "True"], (kind, proc.stdout)
 
 
 def _packages(modules: set[str]) -> set[str]:
