@@ -440,6 +440,7 @@ def test_a_command_collects_no_garbage_until_its_state_is_open(redis_url) -> Non
 _LEFT_BY_A_START = """
 import gc, sys, weakref
 from coordinator import collector
+from coordinator.connection import open_state
 
 class Node:
     pass
@@ -448,19 +449,21 @@ collector.hold()
 cycle = Node()
 cycle.me, left = cycle, weakref.ref(cycle)
 del cycle  # garbage only the collector frees, made while it was held off
-collector.release(collect=sys.argv[1] == "serving")
-print(left() is None, gc.isenabled())
+with open_state(serving=sys.argv[1] == "serving"):
+    print(left() is None, gc.isenabled())
 """
 
 
-def test_a_serving_process_frees_what_its_start_left_before_freezing_the_rest() -> None:
+def test_a_serving_process_frees_what_its_start_left_before_freezing_the_rest(
+    redis_url,
+) -> None:
     """A fleet, a worker or the reaper (``open_state(serving=True)``) runs for hours: the
     garbage its start left is collected before what it keeps is frozen. A shorter command
     skips that pass; what it left stays, frozen, until it exits."""
     for kind, freed in (("serving", "True"), ("command", "False")):
         proc = subprocess.run(
             [sys.executable, "-c", _LEFT_BY_A_START, kind], capture_output=True, text=True,
-            timeout=60,
+            timeout=60, env={**os.environ, "REDIS_URL": redis_url},
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == [freed, "True"], (kind, proc.stdout)
