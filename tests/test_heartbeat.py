@@ -52,6 +52,10 @@ def test_a_tick_renews_every_slots_lease_in_one_round_trip(
     assert proxy.requests - reads <= 3
     assert all(lease._deadline > was for lease, was in zip(beat.leases, before, strict=True))
     assert all(len(events_named(state, job.job_id, "task.renewed")) == 2 for job in jobs)
+    for job in jobs:  # each renewal says its task's role (the fleet's metrics count by it)
+        role = state.tasks.get(job.job_id, job.root_task).role.value
+        renewed = events_named(state, job.job_id, "task.renewed")
+        assert {e.model_extra.get("role") for e in renewed} == {role}, (role, renewed)
     beat.client.close()
 
 

@@ -83,6 +83,10 @@ def test_scraped_metrics_match_the_finished_jobs_status(
     # Every event that is about a task counts under that task's role.
     events = {tuple(dict(k).values()): v for k, v in m["redfleet_events_total"].items()}
     for name in ("task.claimed", "task.renewed", "model.called", "task.succeeded"):
+        if name == "task.renewed" and not renewals:
+            # A job this quick held no lease through a heartbeat: nothing was renewed (a
+            # renewal's role is checked where one always happens: test_heartbeat).
+            continue
         roles = {role for (event, role) in events if event == name}
         assert roles and "" not in roles, (name, roles)
     assert m["redfleet_jobs_active"][()] == 0
